@@ -1,0 +1,47 @@
+"""SmartStage's own exception types.
+
+Every error names what is wrong (a node, a field, a file, a stage) and what to do about it.
+Catch `SmartStageError` to catch them all.
+"""
+
+from __future__ import annotations
+
+
+class SmartStageError(Exception):
+    """Base class of every error SmartStage raises on purpose."""
+
+
+class GraphError(SmartStageError):
+    """The input graph is malformed: a duplicate or missing node, a cycle, an unreadable file."""
+
+
+class NoStageError(SmartStageError):
+    """The graph has no stage boundary to expand."""
+
+
+class ConfigError(SmartStageError, ValueError):
+    """A flag, option or argument has a wrong name, type or value."""
+
+
+class PassError(SmartStageError):
+    """A pass failed, or the graph it produced failed verification.
+
+    `pass_name` is the failing pass, `passes_before` the ones that ran before it.
+    """
+
+    def __init__(self, message: str, pass_name: str = "", passes_before: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.pass_name = pass_name
+        self.passes_before = tuple(passes_before)
+
+
+class VerificationError(SmartStageError):
+    """A rewritten graph breaks an invariant (acyclic, inputs resolve, boundary dtypes match)."""
+
+
+class StageRuntimeError(SmartStageError):
+    """The staging runtime was used wrongly: no prefetch threads started, a missing thread pool, ..."""
+
+
+class TargetError(SmartStageError, ValueError):
+    """A target, fetch or feed names a node that does not exist or that sits on the prefetch side."""
