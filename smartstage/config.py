@@ -1,0 +1,247 @@
+"""The SmartStage flags, read from either config spelling, and the stock ConfigProto a Session takes.
+
+Two spellings mean the same:
+
+    config = tf.compat.v1.ConfigProto()                  # stock: Grappler's custom-optimizer convention
+    ss.enable_smart_stage(config)                        # adds custom_optimizers {name: "SmartStage"
+                                                         #   parameter_map {key: "do_smart_stage" value {b: true}}}
+
+    config = ss.ConfigProto()                            # DeepRec's spelling, on SmartStage's own message
+    config.graph_options.optimizer_options.do_smart_stage = True
+
+`ss.ConfigProto` is TensorFlow's own ConfigProto schema, copied under the package `smartstage.deeprec`
+with three fields added to OptimizerOptions (do_smart_stage = 5001, do_smart_stage_gpu = 5002,
+stage_multi_stream = 5003; DeepRec's own numbers clash with stock fields). Every stock field keeps its
+number, so `to_session_config()` converts by serialising, and the flags never reach TensorFlow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from tensorflow.core.framework import attr_value_pb2
+from tensorflow.core.protobuf import config_pb2
+
+from smartstage.errors import ConfigError
+
+OPTIMIZER_NAME = "SmartStage"
+_DEEPREC_PACKAGE = "smartstage.deeprec"
+_ADDED_FIELDS = {"do_smart_stage": 5001, "do_smart_stage_gpu": 5002, "stage_multi_stream": 5003}
+
+
+@dataclass(frozen=True)
+class AutoStageOptions:
+    """Options of the stages that auto-stage inserts at input sources (mirrors DeepRec's SmartStageOptions)."""
+
+    capacity: int = 1
+    num_threads: int = 1
+    num_clients: int = 1
+    timeout_millis: int = 300000
+    closed_exception_types: tuple = ()
+    ignored_exception_types: tuple = ()
+    use_stage_subgraph_thread_pool: bool = False
+    stage_subgraph_thread_pool_id: int = 0
+    stage_subgraph_stream_id: int = 0
+    name: str = "smart_stage"
+
+
+@dataclass(frozen=True)
+class SmartStageOptions:
+    """The effective flags of one optimize() call."""
+
+    do_smart_stage: bool = False
+    do_smart_stage_gpu: bool = False
+    stage_multi_stream: bool = False
+    auto_stage: AutoStageOptions | None = None
+    verify: bool = True
+    source: str = "default"  # where the flags came from, for the report
+
+    @property
+    def enabled(self) -> bool:
+        return self.do_smart_stage or self.do_smart_stage_gpu or self.auto_stage is not None
+
+    def with_(self, **changes: Any) -> "SmartStageOptions":
+        return replace(self, **changes)
+
+
+def _build_deeprec_config_class():
+    fdp = descriptor_pb2.FileDescriptorProto()
+    config_pb2.DESCRIPTOR.CopyToProto(fdp)
+    local = {"." + config_pb2.DESCRIPTOR.package + "." + m.name for m in fdp.message_type}
+
+    def rename(type_name: str) -> str:
+        for prefix in sorted(local, key=len, reverse=True):
+            if type_name == prefix or type_name.startswith(prefix + "."):
+                return "." + _DEEPREC_PACKAGE + type_name[len(".tensorflow"):]
+        return type_name
+
+    def visit(message):
+        for f in message.field:
+            if f.type_name:
+                f.type_name = rename(f.type_name)
+        for nested in message.nested_type:
+            visit(nested)
+
+    fdp.name = "smartstage/deeprec_config.proto"
+    fdp.package = _DEEPREC_PACKAGE
+    fdp.options.Clear()
+    for message in fdp.message_type:
+        visit(message)
+        if message.name == "OptimizerOptions":
+            for fname, number in _ADDED_FIELDS.items():
+                message.field.add(name=fname, number=number, type=descriptor_pb2.FieldDescriptorProto.TYPE_BOOL,
+                                  label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool = descriptor_pool.Default()
+    try:
+        pool.FindFileByName(fdp.name)
+    except KeyError:
+        pool.AddSerializedFile(fdp.SerializeToString())
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(_DEEPREC_PACKAGE + ".ConfigProto"))
+
+
+ConfigProto = _build_deeprec_config_class()
+ConfigProto.__doc__ = (
+    "TensorFlow's ConfigProto with DeepRec's SmartStage flags: "
+    "config.graph_options.optimizer_options.do_smart_stage = True. Convert with to_session_config()."
+)
+
+
+def _is_deeprec_config(config) -> bool:
+    return getattr(getattr(config, "DESCRIPTOR", None), "full_name", "") == _DEEPREC_PACKAGE + ".ConfigProto"
+
+
+def _custom_optimizer(config: config_pb2.ConfigProto, create: bool = False):
+    rewrite = config.graph_options.rewrite_options
+    for entry in rewrite.custom_optimizers:
+        if entry.name == OPTIMIZER_NAME:
+            return entry
+    return rewrite.custom_optimizers.add(name=OPTIMIZER_NAME) if create else None
+
+
+_KNOWN_PARAMETERS = ("do_smart_stage", "do_smart_stage_gpu", "stage_multi_stream", "auto_stage", "verify",
+                     "auto_stage_capacity", "auto_stage_num_threads", "auto_stage_num_clients",
+                     "auto_stage_timeout_millis", "auto_stage_name")
+
+
+def _attr_bool(key: str, value: attr_value_pb2.AttrValue) -> bool:
+    kind = value.WhichOneof("value")
+    if kind == "b":
+        return value.b
+    if kind == "i" and value.i in (0, 1):
+        return bool(value.i)
+    if kind == "s" and value.s.lower() in (b"true", b"false", b"1", b"0"):
+        return value.s.lower() in (b"true", b"1")
+    raise ConfigError(f"SmartStage custom optimizer parameter {key!r} must be a bool (AttrValue b), got {kind}: {value}")
+
+
+def _attr_int(key: str, value: attr_value_pb2.AttrValue) -> int:
+    if value.WhichOneof("value") != "i":
+        raise ConfigError(f"SmartStage custom optimizer parameter {key!r} must be an int (AttrValue i), got {value}")
+    return value.i
+
+
+def options_from_config(config=None, **overrides: Any) -> SmartStageOptions:
+    """The SmartStage flags of a stock tf.compat.v1.ConfigProto, an ss.ConfigProto, or None (all off).
+
+    >>> options_from_config(enable_smart_stage(tf.compat.v1.ConfigProto())).do_smart_stage
+    True
+    """
+    options = SmartStageOptions()
+    if config is None:
+        pass
+    elif _is_deeprec_config(config):
+        oo = config.graph_options.optimizer_options
+        options = SmartStageOptions(do_smart_stage=oo.do_smart_stage, do_smart_stage_gpu=oo.do_smart_stage_gpu,
+                                    stage_multi_stream=oo.stage_multi_stream, source="ss.ConfigProto")
+    elif isinstance(config, config_pb2.ConfigProto):
+        entry = _custom_optimizer(config)
+        if entry is not None:
+            params = dict(entry.parameter_map)
+            unknown = sorted(set(params) - set(_KNOWN_PARAMETERS))
+            if unknown:
+                raise ConfigError(f"unknown SmartStage parameter(s) {unknown} in rewrite_options.custom_optimizers; "
+                                  f"known: {list(_KNOWN_PARAMETERS)}")
+            flags = {k: _attr_bool(k, params[k]) for k in ("do_smart_stage", "do_smart_stage_gpu",
+                                                            "stage_multi_stream", "verify") if k in params}
+            auto = None
+            if params.get("auto_stage") is not None and _attr_bool("auto_stage", params["auto_stage"]):
+                ints = {k[len("auto_stage_"):]: _attr_int(k, params[k]) for k in
+                        ("auto_stage_capacity", "auto_stage_num_threads", "auto_stage_num_clients",
+                         "auto_stage_timeout_millis") if k in params}
+                name = params["auto_stage_name"].s.decode() if "auto_stage_name" in params else "smart_stage"
+                auto = AutoStageOptions(name=name, **ints)
+            options = SmartStageOptions(auto_stage=auto, source="custom_optimizers", **flags)
+    elif isinstance(config, SmartStageOptions):
+        options = config
+    else:
+        raise ConfigError(f"config must be a tf.compat.v1.ConfigProto, an ss.ConfigProto or None, "
+                          f"not {type(config).__name__}")
+    return replace(options, **overrides) if overrides else options
+
+
+def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = False,
+                       auto_stage: AutoStageOptions | bool | None = None):
+    """Turns SmartStage on in `config` (created if None) and returns it.
+
+    before:  ConfigProto()                      -> optimize() returns the graph unchanged
+    after:   enable_smart_stage(ConfigProto())  -> optimize() expands every stage
+    """
+    if config is None:
+        config = config_pb2.ConfigProto()
+    if auto_stage is True:
+        auto_stage = AutoStageOptions()
+    if _is_deeprec_config(config):
+        if auto_stage:
+            raise ConfigError("auto_stage is set through a stock tf.compat.v1.ConfigProto "
+                              "(ss.enable_smart_stage(tf.compat.v1.ConfigProto(), auto_stage=...))")
+        oo = config.graph_options.optimizer_options
+        oo.do_smart_stage = True
+        oo.do_smart_stage_gpu = oo.do_smart_stage_gpu or gpu
+        oo.stage_multi_stream = oo.stage_multi_stream or multi_stream
+        return config
+    if not isinstance(config, config_pb2.ConfigProto):
+        raise ConfigError(f"enable_smart_stage takes a tf.compat.v1.ConfigProto or ss.ConfigProto, "
+                          f"not {type(config).__name__}")
+    params = _custom_optimizer(config, create=True).parameter_map
+    params["do_smart_stage"].b = True
+    if gpu:
+        params["do_smart_stage_gpu"].b = True
+    if multi_stream:
+        params["stage_multi_stream"].b = True
+    if auto_stage:
+        params["auto_stage"].b = True
+        params["auto_stage_capacity"].i = auto_stage.capacity
+        params["auto_stage_num_threads"].i = auto_stage.num_threads
+        params["auto_stage_num_clients"].i = auto_stage.num_clients
+        params["auto_stage_timeout_millis"].i = auto_stage.timeout_millis
+        params["auto_stage_name"].s = auto_stage.name.encode()
+    return config
+
+
+def to_session_config(config=None) -> config_pb2.ConfigProto:
+    """The stock ConfigProto a tf.compat.v1.Session takes: every stock field kept, SmartStage's flags dropped.
+
+    Stock TensorFlow accepts an unknown custom optimizer entry, but Grappler then logs an error for it on
+    every session; the entry is removed here.
+    """
+    if config is None:
+        return config_pb2.ConfigProto()
+    stock = config_pb2.ConfigProto()
+    if _is_deeprec_config(config):
+        stock.ParseFromString(config.SerializeToString())
+        stock.DiscardUnknownFields()
+        return stock
+    if not isinstance(config, config_pb2.ConfigProto):
+        raise ConfigError(f"expected a tf.compat.v1.ConfigProto or ss.ConfigProto, not {type(config).__name__}")
+    stock.CopyFrom(config)
+    rewrite = stock.graph_options.rewrite_options
+    kept = [e for e in rewrite.custom_optimizers if e.name != OPTIMIZER_NAME]
+    del rewrite.custom_optimizers[:]
+    rewrite.custom_optimizers.extend(kept)
+    return stock
+
+
+__all__ = ["AutoStageOptions", "ConfigProto", "SmartStageOptions", "enable_smart_stage", "options_from_config",
+           "to_session_config", "OPTIMIZER_NAME"]

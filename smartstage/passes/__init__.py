@@ -1,0 +1,32 @@
+"""The SmartStage passes, one per module, and the order the flags put them in.
+
+    find_stages -> [auto_stage] -> partition -> expand_stage -> [gpu_placement] -> [multi_stream]
+"""
+
+from __future__ import annotations
+
+
+def pipeline_passes(options) -> list:
+    """The passes `options` (a SmartStageOptions) ask for, in their fixed order."""
+    from smartstage.passes.expand_stage import ExpandStage
+    from smartstage.passes.find_stages import FindStages
+    from smartstage.passes.partition import Partition
+
+    passes: list = [FindStages()]
+    if options.auto_stage is not None:
+        from smartstage.passes.auto_stage import AutoStage
+
+        passes.append(AutoStage())
+    passes += [Partition(), ExpandStage()]
+    if options.do_smart_stage_gpu:
+        from smartstage.passes.gpu_placement import GpuPlacement
+
+        passes.append(GpuPlacement())
+    if options.stage_multi_stream:
+        from smartstage.passes.multi_stream import MultiStream
+
+        passes.append(MultiStream())
+    return passes
+
+
+__all__ = ["pipeline_passes"]

@@ -1,0 +1,228 @@
+"""Which nodes must stay on the main side, and why (analysis only).
+
+A *pin source* is a node that can never move to the prefetch side: it reads or writes trainable or
+mutable state, is fed, is control flow, is a target, is another input op or stage, or its op type is
+unknown. Anything that depends on a pin source (through data or control edges) stays too; `Pin.via`
+records the input through which it inherited the pin, so `explain` can print the chain:
+
+    lookup  -- pinned: reads variable 'emb/w' (via 'emb/w/read')
+    loss    -- pinned: reads variable 'emb/w' (via 'lookup')
+
+A *free* node is stateless and depends on nothing pinned or stateful (constants and what is computed
+from them only): either side may evaluate it, so it never crosses a boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tensorflow.core.framework import graph_pb2
+
+from smartstage.graph import GraphView, is_stateful_op, op_def
+from smartstage.passes.find_stages import PUT_OPS, QUEUE_OPS, STAGING_OPS, TAKE_OPS, TENSOR_BUFFER_OPS
+
+FEED_OPS = {"Placeholder", "PlaceholderV2", "PlaceholderWithDefault"}
+VARIABLE_OPS = {
+    "VariableV2", "Variable", "VarHandleOp", "_VarHandlesOp", "TemporaryVariable", "ReadVariableOp",
+    "ResourceGather", "ResourceGatherNd", "VarIsInitializedOp", "DestroyResourceOp",
+}
+MUTABLE_STATE_OPS = {
+    "MutableHashTableV2", "MutableHashTable", "MutableHashTableOfTensorsV2", "MutableHashTableOfTensors",
+    "MutableDenseHashTableV2", "MutableDenseHashTable", "LookupTableInsertV2", "LookupTableInsert",
+    "LookupTableRemoveV2", "AnonymousMutableHashTable", "AnonymousMutableDenseHashTable",
+}
+# Static tables can only be initialised, never written: their handles are read-only state.
+READ_ONLY_TABLE_OPS = {"HashTableV2", "HashTable"}
+TABLE_READ_OPS = {"LookupTableFindV2", "LookupTableFind", "LookupTableSizeV2", "LookupTableSize"}
+CONTROL_FLOW_OPS = {
+    "Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit", "NextIteration",
+    "RefNextIteration", "LoopCond", "ControlTrigger", "_SwitchN",
+}
+FUNCTIONAL_OPS = {
+    "If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase", "PartitionedCall",
+    "StatefulPartitionedCall",
+}
+INPUT_OPS = {
+    "IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional", "OptionalGetValue",
+    "MultiDeviceIteratorGetNextFromShard", "QueueDequeueManyV2", "QueueDequeueUpToV2", "QueueDequeueMany",
+    "QueueDequeueUpTo", "ReaderReadV2", "ReaderRead", "ReaderReadUpToV2", "ReaderReadUpTo",
+}
+STAGE_OPS = PUT_OPS | TAKE_OPS | QUEUE_OPS | STAGING_OPS | TENSOR_BUFFER_OPS
+# Stateful ops that may run on the prefetch side: each runs there once per batch and nowhere else.
+RANDOM_OPS = {
+    "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal", "RandomShuffle",
+    "Multinomial", "RandomGamma", "RandomPoisson", "RandomPoissonV2", "ParameterizedTruncatedNormal",
+}
+MOVABLE_STATEFUL_OPS = RANDOM_OPS | TABLE_READ_OPS | READ_ONLY_TABLE_OPS | {"Assert"}
+
+# Attributes that name the functions a functional op calls.
+_FUNCTION_ATTRS = ("then_branch", "else_branch", "cond", "body", "f", "branches")
+
+
+@dataclass(frozen=True)
+class Pin:
+    """Why a node stays on the main side.
+
+    kind: variable, mutable_state, feed, control_flow, target, fetched_directly, input_op, other_stage,
+    stateful, unknown_op, function_state. cause: the node at the root of the reason. via: the input
+    this node inherited the pin through (None for the cause itself). detail: a sentence about the cause.
+    """
+
+    kind: str
+    cause: str
+    detail: str
+    via: str | None = None
+
+    def inherited(self, via: str) -> "Pin":
+        return Pin(self.kind, self.cause, self.detail, via)
+
+    def describe(self) -> str:
+        return self.detail if self.via is None else f"{self.detail} (via {self.via!r})"
+
+
+class PinRules:
+    """Classifies nodes as pin sources, free, or neither, for one graph and one set of targets/feeds."""
+
+    def __init__(self, view: GraphView, targets: set[str], feeds: set[str], stage_ops: set[str]):
+        self.view = view
+        self.targets = targets
+        self.feeds = feeds
+        self.stage_ops = stage_ops
+        self._functions = {f.signature.name: f for f in view.graph_def.library.function}
+        self._function_verdict: dict[str, str | None] = {}
+        self._source: dict[str, Pin | None] = {}
+        self._taint: dict[str, Pin] = {}
+        self.free: set[str] = set()
+
+    # -- pin sources ---------------------------------------------------------------------------
+    def source(self, name: str) -> Pin | None:
+        """The pin of `name` itself, from its op type and role; None if its type allows moving."""
+        if name not in self._source:
+            self._source[name] = self._classify(name)
+        return self._source[name]
+
+    def _classify(self, name: str) -> Pin | None:
+        node = self.view.node(name)
+        op = node.op
+        if name in self.targets:
+            return Pin("target", name, f"{name!r} is a target (fetched by the training step)")
+        if name in self.feeds or op in FEED_OPS:
+            return Pin("feed", name, f"{name!r} is fed ({op})")
+        if op in VARIABLE_OPS:
+            return Pin("variable", name, f"reads variable {name!r}")
+        if op in MUTABLE_STATE_OPS:
+            return Pin("mutable_state", name, f"touches mutable state {name!r} ({op})")
+        if op in CONTROL_FLOW_OPS:
+            return Pin("control_flow", name, f"{name!r} is control flow ({op})")
+        if name in self.stage_ops or op in STAGE_OPS:
+            return Pin("other_stage", name, f"{name!r} belongs to another stage or queue ({op})")
+        if op in INPUT_OPS:
+            return Pin("input_op", name, f"{name!r} is an input op ({op}) not behind this stage")
+        if op in FUNCTIONAL_OPS or op in self._functions:
+            reason = self._functions_reason(node)
+            return None if reason is None else Pin("function_state", name, f"{name!r} calls a function that {reason}")
+        od = op_def(op)
+        if od is None:
+            return Pin("unknown_op", name, f"{name!r} has op type {op!r}, unknown to this TensorFlow: it may be stateful")
+        if _has_ref(node) and op not in ("Identity", "RefIdentity"):
+            return Pin("variable", name, f"{name!r} takes or gives a ref (legacy variable) tensor")
+        if od.is_stateful and op not in MOVABLE_STATEFUL_OPS:
+            return Pin("stateful", name, f"{name!r} is a stateful op ({op}) with effects outside the batch")
+        return None
+
+    def _functions_reason(self, node) -> str | None:
+        names = _called_functions(node)
+        if node.op in self._functions:
+            names.append(node.op)
+        for fname in names:
+            if fname not in self._function_verdict:
+                self._function_verdict[fname] = None  # breaks recursion
+                self._function_verdict[fname] = self._function_body_reason(fname)
+            if self._function_verdict[fname]:
+                return self._function_verdict[fname]
+        return None
+
+    def _function_body_reason(self, fname: str) -> str | None:
+        fdef = self._functions.get(fname)
+        if fdef is None:
+            return f"is not in the graph's function library ({fname!r})"
+        for n in fdef.node_def:
+            od = op_def(n.op)
+            if n.op in VARIABLE_OPS or n.op in MUTABLE_STATE_OPS:
+                return f"touches state ({fname}/{n.name}: {n.op})"
+            if n.op in INPUT_OPS or n.op in STAGE_OPS:
+                return f"reads input ({fname}/{n.name}: {n.op})"
+            if n.op in FUNCTIONAL_OPS or n.op in self._functions:
+                inner = self._functions_reason(n)
+                if inner:
+                    return inner
+                continue
+            if od is None:
+                return f"runs op type {n.op!r} unknown to this TensorFlow ({fname}/{n.name})"
+            if od.is_stateful and n.op not in MOVABLE_STATEFUL_OPS:
+                return f"runs stateful op {n.op} ({fname}/{n.name})"
+        return None
+
+    # -- free nodes ------------------------------------------------------------------------------
+    def compute_free(self, order: list[str]) -> None:
+        """Marks free nodes: stateless (or read-only table handles), no pin, all inputs free."""
+        view, free = self.view, self.free
+        for name in order:
+            op = view.op(name)
+            stateful = is_stateful_op(op)
+            if stateful is None or (stateful and op not in READ_ONLY_TABLE_OPS):
+                continue
+            if op in FUNCTIONAL_OPS or op in self._functions or op in FEED_OPS or op in CONTROL_FLOW_OPS:
+                continue
+            if name in self.targets or name in self.feeds or name in self.stage_ops:
+                continue
+            if all(t.node in free for t in view.inputs(name)) and self.source(name) is None:
+                free.add(name)
+
+    def taint(self, name: str) -> Pin:
+        """Why a node that is neither free nor behind the stage cannot feed the prefetch side."""
+        if name in self._taint:
+            return self._taint[name]
+        stack = [name]
+        while stack:
+            current = stack[-1]
+            if current in self._taint:
+                stack.pop()
+                continue
+            own = self.source(current)
+            if own is not None:
+                self._taint[current] = own
+                stack.pop()
+                continue
+            blockers = [t.node for t in self.view.inputs(current) if t.node not in self.free]
+            pending = [b for b in blockers if b not in self._taint]
+            if pending:
+                stack.extend(pending[:1])
+                continue
+            if blockers:
+                self._taint[current] = self._taint[blockers[0]].inherited(blockers[0])
+            else:
+                op = self.view.op(current)
+                self._taint[current] = Pin("stateful", current, f"{current!r} is a stateful op ({op}) that runs on the main side")
+            stack.pop()
+        return self._taint[name]
+
+
+def _has_ref(node) -> bool:
+    od = op_def(node.op)
+    return od is not None and (any(a.is_ref for a in od.output_arg) or any(a.is_ref for a in od.input_arg))
+
+
+def _called_functions(node) -> list[str]:
+    names: list[str] = []
+    for key in _FUNCTION_ATTRS:
+        if key in node.attr:
+            value = node.attr[key]
+            if value.HasField("func"):
+                names.append(value.func.name)
+            names.extend(f.name for f in value.list.func)
+    return names
+
+
+def function_library_names(graph_def: graph_pb2.GraphDef) -> set[str]:
+    return {f.signature.name for f in graph_def.library.function}

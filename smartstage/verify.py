@@ -1,0 +1,72 @@
+"""Invariants every graph must hold after every pass.
+
+    verify_graph(graph_def, stages)   # raises VerificationError naming the broken node, or returns the view
+
+1. node names are unique and every input resolves to a node (and, where the op is known, to an output it has);
+2. the graph is acyclic;
+3. every stage's put, take and buffer agree on the boundary dtypes, and the put's inputs have those dtypes.
+"""
+
+from __future__ import annotations
+
+from tensorflow.core.framework import graph_pb2
+
+from smartstage.errors import GraphError, VerificationError
+from smartstage.graph import CONTROL_PORT, GraphView, dtype_name
+from smartstage.passes.find_stages import FIFO, StageBoundary
+
+
+def verify_graph(graph_def: graph_pb2.GraphDef, stages: list[StageBoundary] = ()) -> GraphView:
+    try:
+        view = GraphView(graph_def)
+        view.check_inputs()
+        view.topological_order()
+    except GraphError as e:
+        raise VerificationError(str(e)) from None
+    for stage in stages:
+        _verify_stage(view, stage)
+    return view
+
+
+def _types(view: GraphView, name: str, keys: tuple[str, ...]) -> list[int] | None:
+    node = view.node(name)
+    for key in keys:
+        if key in node.attr:
+            return list(node.attr[key].list.type)
+    return None
+
+
+def _verify_stage(view: GraphView, stage: StageBoundary) -> None:
+    for name in (stage.put, stage.take):
+        if name not in view:
+            raise VerificationError(f"stage {stage.name!r}: node {name!r} is missing after the rewrite")
+    put_types = _types(view, stage.put, ("Tcomponents", "dtypes"))
+    take_types = _types(view, stage.take, ("component_types", "dtypes"))
+    if put_types is not None and take_types is not None and put_types != take_types:
+        raise VerificationError(
+            f"stage {stage.name!r}: the put carries [{_names(put_types)}] but the take gives [{_names(take_types)}]")
+    if stage.buffer and stage.buffer in view:
+        buffer_types = _types(view, stage.buffer, ("component_types",))
+        if buffer_types is not None and take_types is not None and buffer_types != take_types:
+            raise VerificationError(f"stage {stage.name!r}: buffer {stage.buffer!r} holds [{_names(buffer_types)}] "
+                                    f"but the take gives [{_names(take_types)}]")
+    inputs = view.data_inputs(stage.put)
+    carried = inputs[1:] if stage.kind == FIFO else inputs
+    if put_types is not None:
+        if len(carried) != len(put_types):
+            raise VerificationError(f"stage {stage.name!r}: the put has {len(carried)} inputs for "
+                                    f"{len(put_types)} component types")
+        for t, expected in zip(carried, put_types):
+            actual = view.dtype_of(t)
+            if actual is not None and actual % 100 != expected % 100:
+                raise VerificationError(f"stage {stage.name!r}: put input {t} is {dtype_name(actual)}, "
+                                        f"but the buffer expects {dtype_name(expected)}")
+    if take_types is not None:
+        for f in view.fanouts(stage.take):
+            if f.port != CONTROL_PORT and f.port >= len(take_types):
+                raise VerificationError(f"node {f.consumer!r} reads {stage.take}:{f.port}, but the take has only "
+                                        f"{len(take_types)} outputs")
+
+
+def _names(types: list[int]) -> str:
+    return ", ".join(dtype_name(t) for t in types)
