@@ -1,0 +1,38 @@
+"""The staging runtime on stock TensorFlow (graph mode, tf.compat.v1).
+
+    features = staged(parse(batch), capacity=4, num_threads=2)      # a stage boundary in the graph
+    with tf.compat.v1.train.MonitoredTrainingSession(hooks=[make_prefetch_hook()]) as sess:
+        while not sess.should_stop():
+            sess.run(train_op)
+
+See docs/runtime.md.
+"""
+
+from smartstage.runtime.hook import PrefetchHook, make_prefetch_hook
+from smartstage.runtime.metadata import (
+    STAGES_COLLECTION,
+    TARGETS_COLLECTION,
+    StageRecord,
+    add_stage_def,
+    stage_defs,
+    stage_defs_from_meta_graph,
+)
+from smartstage.runtime.runner import PrefetchThreads, start_prefetch_threads
+from smartstage.runtime.stage import staged
+from smartstage.runtime.targets import mark_target_node, target_node_names
+
+__all__ = [
+    "STAGES_COLLECTION",
+    "TARGETS_COLLECTION",
+    "PrefetchHook",
+    "PrefetchThreads",
+    "StageRecord",
+    "add_stage_def",
+    "make_prefetch_hook",
+    "mark_target_node",
+    "stage_defs",
+    "stage_defs_from_meta_graph",
+    "staged",
+    "start_prefetch_threads",
+    "target_node_names",
+]

@@ -1,0 +1,71 @@
+"""`make_prefetch_hook()`: starts and stops the prefetch threads with a MonitoredTrainingSession.
+
+    before:  with tf.compat.v1.train.MonitoredTrainingSession() as sess: ...   # stage never filled
+    after:   with tf.compat.v1.train.MonitoredTrainingSession(hooks=[ss.make_prefetch_hook()]) as sess:
+
+How a prefetch error reaches the user through a stock MonitoredTrainingSession: the failing
+prefetch thread stops the session's coordinator with the error and cancels the buffer, so a step
+blocked on the take wakes up with OutOfRangeError. `_CoordinatedSession.run` re-raises that
+original OutOfRangeError, and `MonitoredSession.__exit__` swallows OutOfRangeError as a normal end
+of input before it calls every hook's `end()`. So this hook raises the recorded error from
+`before_run` of the next step and from `end()`, and `should_stop()` raises it through the
+coordinator: the user sees the error's own type and message, never a quiet end of input.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterable
+
+import tensorflow as tf
+
+from smartstage.protos.stage_pb2 import StageDef
+from smartstage.runtime.runner import PrefetchThreads, start_prefetch_threads
+
+logger = logging.getLogger(__name__)
+
+
+class PrefetchHook(tf.compat.v1.train.SessionRunHook):
+    """Runs the prefetch threads of every stage in the session's graph while the session lives.
+
+    A MonitoredTrainingSession that re-creates its session (after an AbortedError, say) calls
+    `after_create_session` again: the hook stops the old threads and starts new ones.
+    """
+
+    def __init__(self, stages: Iterable[StageDef | str] | None = None):
+        self._stages = None if stages is None else list(stages)
+        self._threads: PrefetchThreads | None = None
+
+    @property
+    def threads(self) -> PrefetchThreads | None:
+        """The prefetch threads of the current session (None before the session exists)."""
+        return self._threads
+
+    def after_create_session(self, session, coord) -> None:
+        self._stop_threads()
+        self._threads = start_prefetch_threads(session, coord=coord, stages=self._stages)
+
+    def before_run(self, run_context):
+        if self._threads is not None:
+            self._threads.raise_if_error()
+        return None
+
+    def end(self, session) -> None:
+        threads = self._threads
+        self._stop_threads()
+        if threads is not None:
+            threads.raise_if_error()
+
+    def _stop_threads(self) -> None:
+        if self._threads is not None:
+            self._threads.stop()
+            self._threads = None
+
+
+def make_prefetch_hook(stages: Iterable[StageDef | str] | None = None) -> PrefetchHook:
+    """A SessionRunHook that starts the prefetch threads of the session's stages (all by default).
+
+        before:  MonitoredTrainingSession()                                   # a staged step fails
+        after:   MonitoredTrainingSession(hooks=[smartstage.make_prefetch_hook()])
+    """
+    return PrefetchHook(stages)
