@@ -1,0 +1,48 @@
+"""Helpers of the runtime tests: every wait here has a bound, so a bug fails, never hangs."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import tensorflow as tf
+
+# A main-side run that would hang because of a bug fails with DeadlineExceededError instead.
+STEP_MILLIS = 20000
+BOUND_SECONDS = 20.0
+
+
+def bounded() -> tf.compat.v1.RunOptions:
+    """RunOptions for a main-side step in a test: never waits longer than STEP_MILLIS."""
+    return tf.compat.v1.RunOptions(timeout_in_ms=STEP_MILLIS)
+
+
+def wait_until(predicate, what: str, bound: float = BOUND_SECONDS) -> None:
+    """Polls `predicate` until it holds; fails the test after `bound` seconds (never a speed check)."""
+    deadline = time.monotonic() + bound
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up after {bound:.0f} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def prefetch_threads_alive() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("smartstage-prefetch") and t.is_alive()]
+
+
+def drain(sess, fetches, limit: int = 10000) -> list:
+    """Runs `fetches` until OutOfRangeError; the results in arrival order."""
+    results = []
+    for _ in range(limit):
+        try:
+            results.append(sess.run(fetches, options=bounded()))
+        except tf.errors.OutOfRangeError:
+            return results
+    pytest.fail(f"no end of input after {limit} steps")
+
+
+def range_input(n: int) -> tf.Tensor:
+    """A prefetch-side source yielding 0..n-1, then OutOfRangeError (safe for several threads)."""
+    iterator = tf.compat.v1.data.make_one_shot_iterator(tf.data.Dataset.range(n))
+    return iterator.get_next()
