@@ -21,6 +21,8 @@ from tensorflow.core.framework import graph_pb2, node_def_pb2, op_def_pb2, types
 from smartstage.errors import GraphError
 
 CONTROL_PORT = -1
+_NEXT_ITERATION_OPS = ("NextIteration", "RefNextIteration")
+_MERGE_OPS = ("Merge", "RefMerge")
 
 
 class TensorName(NamedTuple):
@@ -249,7 +251,7 @@ class GraphView:
         entries = self._entries
         indegree = {name: 0 for name in entries}
         for name, e in entries.items():
-            indegree[name] = len({t.node for t in e.inputs if t.node in entries})
+            indegree[name] = len({t.node for t in e.inputs if t.node in entries and not self._is_back_edge(t.node, name)})
         ready = deque(name for name, d in indegree.items() if d == 0)
         order: list[str] = []
         while ready:
@@ -257,7 +259,7 @@ class GraphView:
             order.append(name)
             seen: set[str] = set()
             for f in self.fanouts(name):
-                if f.consumer in seen:
+                if f.consumer in seen or self._is_back_edge(name, f.consumer):
                     continue
                 seen.add(f.consumer)
                 indegree[f.consumer] -= 1
@@ -265,9 +267,13 @@ class GraphView:
                     ready.append(f.consumer)
         if len(order) != len(entries):
             raise GraphError(f"the graph has a cycle: {' -> '.join(self._find_cycle(indegree))}; "
-                             "a GraphDef must be acyclic (NextIteration back edges of v1 while loops are the only "
-                             "exception TensorFlow allows, and SmartStage does not move loops)")
+                             "a GraphDef must be acyclic (only the NextIteration -> Merge back edges of "
+                             "tf.while_loop may close a loop)")
         return order
+
+    def _is_back_edge(self, src: str, dst: str) -> bool:
+        """A v1 while loop's NextIteration -> Merge edge: the one cycle TensorFlow allows."""
+        return self._entries[src].node.op in _NEXT_ITERATION_OPS and self._entries[dst].node.op in _MERGE_OPS
 
     def _find_cycle(self, indegree: dict[str, int]) -> list[str]:
         # Walk backwards through unresolved nodes until one repeats: that walk closes a cycle.
@@ -278,7 +284,8 @@ class GraphView:
         while node not in index:
             index[node] = len(path)
             path.append(node)
-            node = next(t.node for t in self.inputs(node) if indegree.get(t.node, 0) > 0)
+            node = next(t.node for t in self.inputs(node)
+                        if indegree.get(t.node, 0) > 0 and not self._is_back_edge(t.node, node))
         cycle = path[index[node]:] + [node]
         return list(reversed(cycle))
 
