@@ -5,6 +5,15 @@
     print(result.summary()); result.graph_def          # inspect, then run the rewritten graph
 """
 
+from smartstage.compare import Comparison, compare_runs, run_steps
+from smartstage.config import (
+    AutoStageOptions,
+    ConfigProto,
+    SmartStageOptions,
+    enable_smart_stage,
+    options_from_config,
+    to_session_config,
+)
 from smartstage.errors import (
     ConfigError,
     GraphError,
@@ -15,14 +24,45 @@ from smartstage.errors import (
     TargetError,
     VerificationError,
 )
+from smartstage.io import load_graph, write_graph
+from smartstage.optimize import OptimizeResult, optimize
+from smartstage.runtime import (
+    PrefetchHook,
+    PrefetchThreads,
+    make_prefetch_hook,
+    mark_target_node,
+    stage_defs,
+    staged,
+    start_prefetch_threads,
+)
 
 __all__ = [
+    "AutoStageOptions",
+    "Comparison",
     "ConfigError",
+    "ConfigProto",
     "GraphError",
     "NoStageError",
+    "OptimizeResult",
     "PassError",
+    "PrefetchHook",
+    "PrefetchThreads",
     "SmartStageError",
+    "SmartStageOptions",
     "StageRuntimeError",
     "TargetError",
     "VerificationError",
+    "compare_runs",
+    "enable_smart_stage",
+    "load_graph",
+    "make_prefetch_hook",
+    "mark_target_node",
+    "optimize",
+    "options_from_config",
+    "run_steps",
+    "stage_defs",
+    "staged",
+    "start_prefetch_threads",
+    "to_session_config",
+    "write_graph",
 ]

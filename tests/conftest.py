@@ -15,3 +15,5 @@ def graph():
     g = tf.Graph()
     with g.as_default():
         yield g
+
+tf.get_logger().setLevel("ERROR")  # deprecation notices of the queue-based input pipelines

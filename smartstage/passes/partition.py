@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from smartstage.graph import CONTROL_PORT, GraphView, TensorName
+from smartstage.graph import CONTROL_PORT, GraphView, TensorName, is_stateful_op
 from smartstage.passes.find_stages import StageBoundary
-from smartstage.passes.pins import Pin, PinRules
+from smartstage.passes.pins import RANDOM_OPS, Pin, PinRules
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,8 @@ def partition_stages(
     rules = PinRules(view, targets, feeds, stage_ops)
     rules.compute_free(order)
     position = {name: i for i, name in enumerate(order)}
-    return [_partition_one(view, stage, rules, position) for stage in stages]
+    claimed: set[str] = set()  # sources pulled behind one stage are unavailable to the others
+    return [_partition_one(view, stage, rules, position, claimed) for stage in stages]
 
 
 def _downstream(view: GraphView, stage: StageBoundary) -> set[str]:
@@ -71,10 +72,55 @@ def _downstream(view: GraphView, stage: StageBoundary) -> set[str]:
     return seen
 
 
-def _partition_one(view: GraphView, stage: StageBoundary, rules: PinRules, position: dict[str, int]) -> StagePartition:
+def _pulled_sources(view: GraphView, rules: PinRules, downstream: set[str], claimed: set[str]) -> set[str]:
+    """Random ops computed from free inputs only (dropout's noise of a static shape), and the stateless ops
+    between them and this stage's downstream: they may move with their consumers, so that they run on the
+    prefetch side only. Nodes that are free need no pulling; anything else pinned stays."""
+    verdict: dict[str, bool] = {}
+
+    def settle(root: str) -> bool:
+        stack = [root]
+        while stack:
+            name = stack[-1]
+            if name in verdict:
+                stack.pop()
+                continue
+            op = view.op(name)
+            if (name in downstream or name in claimed or rules.source(name) is not None
+                    or (is_stateful_op(op) is not False and op not in RANDOM_OPS)):
+                verdict[name] = False
+                stack.pop()
+                continue
+            pending = [t.node for t in view.inputs(name) if t.node not in rules.free and t.node not in verdict]
+            if pending:
+                stack.append(pending[0])
+                continue
+            verdict[name] = all(t.node in rules.free or verdict[t.node] for t in view.inputs(name))
+            stack.pop()
+        return verdict[root]
+
+    pulled: set[str] = set()
+    for name in downstream:
+        for t in view.inputs(name):
+            if t.node not in downstream and t.node not in rules.free and settle(t.node):
+                pulled.add(t.node)
+    # and everything those depend on that is not free
+    todo = list(pulled)
+    while todo:
+        for t in view.inputs(todo.pop()):
+            if t.node not in rules.free and t.node not in pulled:
+                pulled.add(t.node)
+                todo.append(t.node)
+    return pulled
+
+
+def _partition_one(view: GraphView, stage: StageBoundary, rules: PinRules, position: dict[str, int],
+                   claimed: set[str]) -> StagePartition:
     put_inputs = stage.put_data_inputs(view)
     before = tuple(dict.fromkeys(str(t) for t in put_inputs))
-    candidates = sorted(_downstream(view, stage), key=position.__getitem__)
+    downstream = _downstream(view, stage)
+    pulled = _pulled_sources(view, rules, downstream, claimed)
+    candidates = sorted(downstream | pulled, key=position.__getitem__)
 
     moved: dict[str, None] = {}
     pinned: dict[str, Pin] = {}
@@ -93,6 +139,7 @@ def _partition_one(view: GraphView, stage: StageBoundary, rules: PinRules, posit
         else:
             pinned[name] = pin
 
+    claimed.update(n for n in pulled if n in moved)
     # Nodes nothing consumes exist only to be fetched: they stay, and their inputs cross instead.
     for name in list(moved):
         if not view.fanouts(name):

@@ -203,7 +203,7 @@ class PinRules:
                 self._taint[current] = self._taint[blockers[0]].inherited(blockers[0])
             else:
                 op = self.view.op(current)
-                self._taint[current] = Pin("stateful", current, f"{current!r} is a stateful op ({op}) that runs on the main side")
+                self._taint[current] = Pin("stateful", current, f"{current!r} is a stateful op ({op}) that runs outside this stage's prefetch side")
             stack.pop()
         return self._taint[name]
 

@@ -147,16 +147,40 @@ def test_main_side_control_edge_pins_and_prefetch_control_edge_is_rerouted():
     assert p.control_reroutes == (("check", "loss"),)
 
 
-def test_random_op_on_the_main_side_blocks_moving_its_consumer():
-    #   rand(const shape) runs on the main side; take -> mul(rand) must not make rand run on both sides
+def test_random_op_with_free_inputs_moves_with_its_consumer_and_crosses_to_its_other_users():
+    #   rand(const shape) -> mul(take) ... and rand -> other (main side): rand runs once, on the prefetch side
     g = G(reader("r", tf.float32), *fifo_stage(["r"], dtypes=[tf.float32]),
           N("shape", "Const", dtype=tf.int32, value=[2]),
           N("rand", "RandomUniform", ["shape"], T=tf.int32, dtype=tf.float32, seed=1, seed2=2),
           N("other", "Identity", ["rand"], T=tf.float32),
-          N("mul", "Mul", ["stage/take", "rand"], T=tf.float32),
-          N("out", "AddV2", ["mul", "other"], T=tf.float32), N("fetch", "Identity", ["out"], T=tf.float32))
+          N("mul", "Mul", ["stage/take", "rand"], T=tf.float32), *variable("w"),
+          N("out", "AddV2", ["mul", "other"], T=tf.float32), N("fetch", "Mul", ["out", "w/read"], T=tf.float32))
     (p,) = partition(g)
-    assert p.pinned["mul"].kind == "stateful" and p.pinned["mul"].cause == "rand"
+    assert set(p.moved) == {"rand", "mul", "other", "out"}
+    assert p.boundary_after == ("out:0",)
+
+
+def test_random_op_of_main_side_state_blocks_moving_its_consumer():
+    #   rand(shape of w) runs on the main side: mul(take, rand) must stay, or rand would run on both sides
+    g = G(reader("r", tf.float32), *fifo_stage(["r"], dtypes=[tf.float32]), *variable("w"),
+          N("shape", "Shape", ["w/read"], T=tf.float32, out_type=tf.int32),
+          N("rand", "RandomUniform", ["shape"], T=tf.int32, dtype=tf.float32, seed=1, seed2=2),
+          N("mul", "Mul", ["stage/take", "rand"], T=tf.float32), N("fetch", "Identity", ["mul"], T=tf.float32))
+    (p,) = partition(g)
+    assert p.pinned["mul"].kind == "variable" and p.pinned["mul"].via == "rand"
+
+
+def test_a_random_op_is_pulled_behind_one_stage_only():
+    #   rand(const) -> m1(s1.take), m2(s2.take)
+    g = G(reader("r1", tf.float32), reader("r2", tf.float32),
+          *fifo_stage(["r1"], "s1", dtypes=[tf.float32]), *fifo_stage(["r2"], "s2", dtypes=[tf.float32]),
+          N("shape", "Const", dtype=tf.int32, value=[2]),
+          N("rand", "RandomUniform", ["shape"], T=tf.int32, dtype=tf.float32, seed=1, seed2=2),
+          N("m1", "Mul", ["s1/take", "rand"], T=tf.float32), N("m2", "Mul", ["s2/take", "rand"], T=tf.float32),
+          N("out", "AddV2", ["m1", "m2"], T=tf.float32), N("fetch", "Identity", ["out"], T=tf.float32))
+    p1, p2 = partition(g)
+    assert "rand" in p1.moved and "rand" not in p2.moved
+    assert p2.pinned["m2"].cause == "rand"
 
 
 def test_random_op_downstream_of_the_take_moves():
