@@ -1,0 +1,2 @@
+def html_report(*a, **k):
+    raise NotImplementedError

@@ -1,0 +1,2 @@
+def write_tensorboard(*a, **k):
+    raise NotImplementedError
