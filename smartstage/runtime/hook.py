@@ -24,6 +24,8 @@ from smartstage.runtime.runner import PrefetchThreads, start_prefetch_threads
 
 logger = logging.getLogger(__name__)
 
+END_JOIN_SECONDS = 2.0
+
 
 class PrefetchHook(tf.compat.v1.train.SessionRunHook):
     """Runs the prefetch threads of every stage in the session's graph while the session lives.
@@ -51,10 +53,16 @@ class PrefetchHook(tf.compat.v1.train.SessionRunHook):
         return None
 
     def end(self, session) -> None:
-        threads = self._threads
-        self._stop_threads()
-        if threads is not None:
-            threads.raise_if_error()
+        threads, self._threads = self._threads, None
+        if threads is None:
+            return
+        # The session closes right after end(): a thread still waiting on its input then ends too,
+        # so a short bound here keeps a normal exit quick.
+        threads.request_stop()
+        if not threads.join(END_JOIN_SECONDS):
+            logger.info("prefetch threads %s still wait on their input; they end when the session closes",
+                        [t.name for t in threads.threads if t.is_alive()])
+        threads.raise_if_error()
 
     def _stop_threads(self) -> None:
         if self._threads is not None:

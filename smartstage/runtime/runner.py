@@ -145,10 +145,11 @@ class _StageThreads:
                 f"stage '{self.name}' runs its prefetch on inter-op thread pool {pool_id} "
                 f"(use_stage_subgraph_thread_pool=True, stage_subgraph_thread_pool_id={pool_id}), but the "
                 f"session has {pools} session_inter_op_thread_pool entries. Create the session with a "
-                "ConfigProto listing at least "
-                f"{pool_id + 1} pools, e.g. session_inter_op_thread_pool=[ThreadPoolOptionProto(num_threads=0), "
-                "ThreadPoolOptionProto(num_threads=1)] (pool 0 runs the training step, pool 1 the "
-                "prefetch runs), or build the stage with use_stage_subgraph_thread_pool=False"
+                f"ConfigProto listing at least {pool_id + 1} pools, e.g. "
+                "tf.compat.v1.ConfigProto(session_inter_op_thread_pool=[config_pb2.ThreadPoolOptionProto("
+                "num_threads=0), config_pb2.ThreadPoolOptionProto(num_threads=1)]) with config_pb2 from "
+                "tensorflow.core.protobuf (pool 0 runs the training step, pool 1 the prefetch runs), "
+                "or build the stage with use_stage_subgraph_thread_pool=False"
             )
 
     def announce_ready(self) -> None:
@@ -292,9 +293,9 @@ class PrefetchThreads:
         if self._stages:
             self._watchdog = threading.Thread(target=self._watch, name="smartstage-prefetch-watchdog", daemon=True)
             self._watchdog.start()
-        if self.coord is not None:
-            for thread in self.threads:
-                self.coord.register_thread(thread)
+        # The threads are not registered with the coordinator: its join() runs before the session
+        # closes and would wait out its grace period for a put blocked on an input that nobody
+        # fills anymore; closing the session cancels such a run instead.
         logger.info("started prefetch threads of stages %s", self.stage_names)
         return self
 
@@ -326,7 +327,12 @@ class PrefetchThreads:
         logger.error("stage %s: a prefetch run failed; stopping the prefetch threads: %s", stage.name, error)
         self._stop_event.set()
         if first and self.coord is not None:
-            self.coord.request_stop(error)
+            try:
+                self.coord.request_stop((type(error), error, error.__traceback__))
+            except Exception:  # noqa: BLE001
+                # The coordinator was joined already (its session is closing): it re-raises instead
+                # of recording. The error stays recorded here for raise_if_error().
+                logger.debug("stage %s: the coordinator was already joined", stage.name)
         self._cancel_all()
 
     def raise_if_error(self) -> None:
@@ -342,14 +348,22 @@ class PrefetchThreads:
             thread.join(remaining)
         return not self.is_alive()
 
+    def request_stop(self) -> None:
+        """Asks every thread to stop and runs each stage's cancel op; does not wait for the threads.
+
+        A put blocked on the stage's buffer wakes at once; one blocked upstream (on an input queue
+        nobody fills) ends when that input closes or the session closes.
+        """
+        self._stop_event.set()
+        self._cancel_all()
+
     def stop(self, timeout: float = STOP_JOIN_SECONDS) -> bool:
         """Stops the threads: runs each stage's cancel op, then joins them within `timeout` seconds.
 
         The buffers are closed afterwards: a later take gets OutOfRangeError. Returns True when
         every thread ended in time (a warning names the others).
         """
-        self._stop_event.set()
-        self._cancel_all()
+        self.request_stop()
         done = self.join(timeout)
         if not done:
             alive = [t.name for t in self.threads if t.is_alive()]
