@@ -70,7 +70,7 @@ def graph_sides(view: GraphView, stage_defs: list[StageDef] = ()) -> GraphSides:
         for name in _stage_infrastructure(view, stage):
             stage_op_side.setdefault(name, STAGE_PREFIX + stage.name)
     rules = PinRules(view, set(), set(), set(stage_op_side))
-    rules.compute_free(partial_topological_order(view))
+    free = _free_nodes(view, rules)
 
     side: dict[str, str] = {}
     all_stage_ops = set(stage_op_side)
@@ -78,7 +78,7 @@ def graph_sides(view: GraphView, stage_defs: list[StageDef] = ()) -> GraphSides:
         label = prefetch_side(stage.name)
         roots = [t.node for t in view.inputs(stage.put) if t.node in view and t.node not in all_stage_ops]
         for name in view.ancestors(roots, stop=all_stage_ops):
-            if name not in rules.free:
+            if name not in free:
                 side.setdefault(name, label)
     result: dict[str, str] = {}
     for name in view.names():
@@ -87,8 +87,15 @@ def graph_sides(view: GraphView, stage_defs: list[StageDef] = ()) -> GraphSides:
         elif name in side:
             result[name] = side[name]
         else:
-            result[name] = FREE if name in rules.free else MAIN
+            result[name] = FREE if name in free else MAIN
     return GraphSides(stages=tuple(stages), side=result, notes=tuple(notes))
+
+
+def _free_nodes(view: GraphView, rules: PinRules) -> set[str]:
+    if hasattr(rules, "is_free"):
+        return {name for name in view.names() if rules.is_free(name)}
+    rules.compute_free(partial_topological_order(view))  # the PinRules of before 2026-11-22
+    return set(rules.free)
 
 
 def _stage_infrastructure(view: GraphView, stage: StageBoundary) -> list[str]:

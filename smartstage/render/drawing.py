@@ -122,7 +122,7 @@ def build_drawing(diff: GraphDiff, max_boxes: int = DEFAULT_MAX_BOXES) -> Drawin
         i = stage_names.index(stage.name)
         for role, name, cluster in (("put", stage.put, f"cluster_prefetch_{i}"), ("take", stage.take, "cluster_main")):
             if name in view:
-                box_id = f"{role}{i}"
+                box_id = f"ss_{role}{i}"
                 boxes.append(Box(box_id, cluster, name, op=view.op(name), role=role, names=(name,),
                                  order=order.get(name, len(order))))
                 box_of[name] = box_id
@@ -137,7 +137,7 @@ def build_drawing(diff: GraphDiff, max_boxes: int = DEFAULT_MAX_BOXES) -> Drawin
         entries = _collapse(names, share, moved)
         collapsed |= any(e.is_scope for e in entries)
         for k, entry in enumerate(entries):
-            box_id = f"{cluster.id[8:]}_{k}"
+            box_id = f"ss_{cluster.id[8:]}_{k}"
             member_names = entry.names
             for n in member_names:
                 box_of[n] = box_id
@@ -178,9 +178,9 @@ def _edges(view: GraphView, box_of: dict[str, str], diff: GraphDiff) -> list[Edg
              for (src, dst), (c, control, tensors) in counts.items()]
     drawn = set(box_of.values())
     for i, stage in enumerate(s for s in diff.stages if s.in_after):
-        if f"put{i}" in drawn and f"take{i}" in drawn:
+        if f"ss_put{i}" in drawn and f"ss_take{i}" in drawn:
             n = len(stage.boundary_after)
-            edges.append(Edge(f"put{i}", f"take{i}", count=n, label=f"{n} tensor{'s' if n != 1 else ''}: "
+            edges.append(Edge(f"ss_put{i}", f"ss_take{i}", count=n, label=f"{n} tensor{'s' if n != 1 else ''}: "
                               + _tensor_label(stage.boundary_after, sep=", "), boundary=True))
     edges.sort(key=lambda e: (e.src, e.dst))
     return edges
