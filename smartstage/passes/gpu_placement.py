@@ -1,0 +1,543 @@
+"""gpu_placement: the prefetch side runs on its task's CPU; the buffer holds GPU tensors (do_smart_stage_gpu).
+
+    before:  reader@GPU:0 -> hash@GPU:0 -> put@CPU ~~ take@CPU -> lookup(w)@GPU:0     (H2D copy in the step)
+    after:   reader@CPU:0 -> hash@CPU:0 -> put@GPU:0 ~~ take@GPU:0 -> lookup(w)@GPU:0  (H2D copy at the put)
+
+Runs after expand_stage. Per stage:
+
+1. Every node of the prefetch side (what the put needs, not crossing any buffer) goes to the CPU of the
+   task its device names (/job:worker/replica:0/task:1/device:GPU:0 -> .../task:1/device:CPU:0; a node
+   naming no task gets the stage's task, or plain /device:CPU:0 on one machine). Never another task's
+   CPU. A colocation group (`_class` loc:@, resource and ref edges) moves as a whole or not at all; a
+   main-side member may come along only when it has no GPU kernel (it runs on that CPU anyway).
+2. A node the main side evaluates too (a constant both sides read) keeps its device: the main side
+   needs it where it is. The prefetch side gets its own CPU copy, `<stage>/prefetch_copy/<name>`, when
+   the node is stateless, pure (no fed, stateful, ref or resource input) and small; otherwise it is left
+   and the report says why. Copies are cheap, and without them every prefetch run would fetch the value
+   from the GPU (a device-to-host copy on the GPU's streams, in the middle of the training step).
+3. The buffer and every op of the stage (put, take, close, cancel, size) go to the main side's GPU,
+   when at least one boundary tensor is read there in device memory. Stock TensorFlow registers
+   FIFOQueueV2, QueueEnqueueV2, QueueDequeueV2, QueueCloseV2 and QueueSizeV2 for every device
+   (DEVICE_DEFAULT, handle in host memory; it is what tf.raw_ops GPUCompatibleFIFOQueue builds on), so
+   the put's inputs are copied to the GPU by the prefetch run and the take hands the main side device
+   tensors. The same queue keeps every guarantee of the CPU stage: close drains then raises
+   OutOfRange, cancel wakes blocked puts and takes, no second buffer, no new StageDef.
+   Boundary tensors the main side does not read in GPU memory stay in host memory inside that queue:
+   strings and resources always (TensorFlow keeps them on the host), and any tensor with a reader on the
+   CPU, without a GPU kernel, or reading it through a HostMemory argument (the int32 shape inputs of
+   Reshape, Fill, Slice, ...): the put gets `_input_hostmem`, the take `_output_hostmem` (attributes stock
+   TensorFlow's MemoryTypesForNode honours), so no int32 shape ever makes a round trip to the GPU.
+
+The report (summary, details, ctx.extra["gpu_placement"]) lists per stage every device change
+(from -> to), every copy made, every node left and why, and for each boundary tensor where its copy to
+the GPU now happens.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+
+from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2, types_pb2
+
+from smartstage.graph import CONTROL_PORT, GraphView, dtype_name, input_string, is_stateful_op, op_def, parse_tensor_name
+from smartstage.passes.find_stages import FIFO, StageBoundary
+from smartstage.passes.pins import FEED_OPS, FUNCTIONAL_OPS
+from smartstage.pipeline import PassContext, PassResult
+from smartstage.placement import (
+    ALWAYS_ON_HOST, CPU, DEVICE, GPU, HOST, ColocationGroups, PrefetchSides, covers, cpu_device_for,
+    has_kernel, input_memory, is_gpu, most_common, parse_device, prefetch_sides, same_device, stage_task,
+)
+
+logger = logging.getLogger(__name__)
+
+COPY_SCOPE = "prefetch_copy"
+MAX_COPY_BYTES = 1 << 20  # total NodeDef bytes the pass may duplicate (constants are the bulk)
+_HOST_ONLY_IN_BUFFER = ALWAYS_ON_HOST | {types_pb2.DT_VARIANT}  # variants: no device copy function is assumed
+_OUTPUT_HOSTMEM_OPS = {"StagePeek"}  # stage ops that hand out components besides the take
+
+
+@dataclass(frozen=True)
+class DeviceChange:
+    node: str
+    before: str
+    after: str
+    why: str
+
+
+@dataclass(frozen=True)
+class KeptNode:
+    node: str
+    device: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class BoundaryCopy:
+    """One boundary tensor: how the buffer holds it and where its copy to the GPU happens."""
+
+    tensor: str          # as the prefetch side names it ("hash:0")
+    take_output: str     # what the main side reads ("stage/take:1")
+    dtype: str
+    memory: str          # "device" or "host" inside the buffer
+    copy_to_gpu: str     # where the host-to-device copy happens now
+    reason: str
+
+
+@dataclass(frozen=True)
+class StagePlacement:
+    """What the pass did to one stage, as data."""
+
+    stage: str
+    main_device: str | None
+    buffer_device_before: str
+    buffer_device_after: str
+    device_changes: tuple[DeviceChange, ...] = ()
+    boundary: tuple[BoundaryCopy, ...] = ()
+    copies: tuple[tuple[str, str], ...] = ()  # (shared node, its prefetch-side copy)
+    kept: tuple[KeptNode, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        """Plain dicts and lists, for JSON."""
+        return asdict(self)
+
+    def summary_lines(self) -> list[str]:
+        lines = []
+        moved = [c for c in self.device_changes if c.why != "stage"]
+        if moved:
+            targets = sorted({c.after for c in moved})
+            shown = ", ".join(f"{c.node} ({c.before or 'no device'} -> {c.after})" for c in moved[:6])
+            more = f", ... (+{len(moved) - 6})" if len(moved) > 6 else ""
+            lines.append(f"{self.stage}: {len(moved)} prefetch-side node(s) placed on {', '.join(targets)}: {shown}{more}")
+        staged = [c for c in self.device_changes if c.why == "stage"]
+        if staged:
+            lines.append(f"{self.stage}: the buffer and its ops moved to {self.buffer_device_after}: "
+                         + ", ".join(f"{c.node} ({c.before or 'no device'} -> {c.after})" for c in staged))
+        on_gpu = [b for b in self.boundary if b.memory == DEVICE]
+        on_host = [b for b in self.boundary if b.memory == HOST]
+        if on_gpu:
+            lines.append(f"{self.stage}: {len(on_gpu)} boundary tensor(s) reach {self.buffer_device_after} on the "
+                         "prefetch side (copied at the put): " + ", ".join(f"{b.tensor} ({b.dtype})" for b in on_gpu))
+        if on_host and (on_gpu or is_gpu(self.buffer_device_after)):
+            lines.append(f"{self.stage}: {len(on_host)} stay in host memory: "
+                         + "; ".join(f"{b.tensor} ({b.dtype}): {b.reason}" for b in on_host[:6])
+                         + (f"; ... (+{len(on_host) - 6})" if len(on_host) > 6 else ""))
+        if self.copies:
+            lines.append(f"{self.stage}: {len(self.copies)} node(s) the main side also uses were copied for the "
+                         "prefetch side: " + ", ".join(f"{a} -> {b}" for a, b in self.copies[:6]))
+        for k in self.kept[:6]:
+            lines.append(f"{self.stage}: left {k.node} on {k.device or 'no device'}: {k.reason}")
+        if len(self.kept) > 6:
+            lines.append(f"{self.stage}: ... and {len(self.kept) - 6} more node(s) left")
+        lines.extend(f"{self.stage}: {n}" for n in self.notes)
+        return lines
+
+
+class _Edits:
+    """The changes to apply, collected first, applied all at once (or not at all)."""
+
+    def __init__(self, view: GraphView):
+        self.view = view
+        self.device: dict[str, str] = {}
+        self.attrs: dict[str, dict[str, attr_value_pb2.AttrValue | None]] = {}
+        self.inputs: dict[str, list[str]] = {}
+        self.new_nodes: list[node_def_pb2.NodeDef] = []
+        self._new_names: set[str] = set()
+
+    def device_of(self, name: str) -> str:
+        if name in self.device:
+            return self.device[name]
+        return self.view.node(name).device if name in self.view else ""
+
+    def set_device(self, name: str, device: str) -> bool:
+        if same_device(self.device_of(name), device) and self.device_of(name):
+            return False
+        self.device[name] = device
+        return True
+
+    def set_attr(self, name: str, key: str, value: attr_value_pb2.AttrValue | None) -> bool:
+        node = self.view.node(name)
+        current = node.attr[key] if key in node.attr else None
+        if current == value:
+            return False
+        self.attrs.setdefault(name, {})[key] = value
+        return True
+
+    def unique_name(self, wanted: str) -> str:
+        name, i = wanted, 1
+        while name in self.view or name in self._new_names:
+            name, i = f"{wanted}_{i}", i + 1
+        self._new_names.add(name)
+        return name
+
+    @property
+    def empty(self) -> bool:
+        return not (self.device or self.attrs or self.inputs or self.new_nodes)
+
+    def apply(self, graph_def: graph_pb2.GraphDef) -> graph_pb2.GraphDef:
+        new = graph_pb2.GraphDef()
+        new.CopyFrom(graph_def)
+        for node in new.node:
+            if node.name in self.device:
+                node.device = self.device[node.name]
+            for key, value in self.attrs.get(node.name, {}).items():
+                if value is None:
+                    del node.attr[key]
+                else:
+                    node.attr[key].CopyFrom(value)
+            if node.name in self.inputs:
+                del node.input[:]
+                node.input.extend(self.inputs[node.name])
+        new.node.extend(self.new_nodes)
+        return new
+
+
+class GpuPlacement:
+    """Pass: places each stage's prefetch side on its task's CPU and its buffer on the main side's GPU."""
+
+    name = "gpu_placement"
+
+    def __init__(self, main_device: str | None = None, max_copy_bytes: int = MAX_COPY_BYTES):
+        # main_device: the GPU the main side runs on, for graphs that leave the main side unplaced.
+        self.main_device = main_device
+        self.max_copy_bytes = max_copy_bytes
+
+    def run(self, graph_def: graph_pb2.GraphDef, ctx: PassContext) -> PassResult:
+        view = ctx.view_of(graph_def)
+        stages = list(ctx.stages)
+        if not stages:
+            ctx.extra["gpu_placement"] = {}
+            return PassResult(graph_def, changed=False, summary=("no stage: nothing to place",), details=())
+        planner = _Planner(view, stages, self.main_device, self.max_copy_bytes)
+        placements = planner.plan()
+        ctx.extra["gpu_placement"] = {p.stage: p for p in placements}
+        summary = [line for p in placements for line in p.summary_lines()]
+        if planner.edits.empty:
+            summary.append("nothing to place: every prefetch-side node is on its CPU already and no buffer needs "
+                           "to move")
+            return PassResult(graph_def, changed=False, summary=tuple(summary), details=tuple(placements))
+        return PassResult(planner.edits.apply(graph_def), changed=True, summary=tuple(summary),
+                          details=tuple(placements))
+
+
+class _Planner:
+    """Decides every edit of one run of the pass (analysis; _Edits.apply is the only writer)."""
+
+    def __init__(self, view: GraphView, stages: list[StageBoundary], main_device: str | None, max_copy_bytes: int):
+        self.view = view
+        self.stages = stages
+        self.main_device = main_device
+        self.copy_budget = self.max_copy_bytes = max_copy_bytes
+        self.sides: PrefetchSides = prefetch_sides(view, stages)
+        self.groups = ColocationGroups(view)
+        self.edits = _Edits(view)
+        self.task = {s.name: stage_task([view.node(n).device for n in (s.put, s.take, s.buffer) if n])
+                     for s in stages}
+        self.changes: dict[str, list[DeviceChange]] = {s.name: [] for s in stages}
+        self.kept: dict[str, list[KeptNode]] = {s.name: [] for s in stages}
+        self.copies: dict[str, list[tuple[str, str]]] = {s.name: [] for s in stages}
+        self._copy_of: dict[tuple[str, str], str | None] = {}
+
+    def plan(self) -> list[StagePlacement]:
+        self._place_prefetch_sides()
+        for stage in self.stages:
+            self._copy_shared_inputs(stage)
+        return [self._place_buffer(stage) for stage in self.stages]
+
+    # -- 1. prefetch side -> its task's CPU --------------------------------------------------------
+    def _place_prefetch_sides(self) -> None:
+        view, sides = self.view, self.sides
+        wanted: dict[str, str] = {}
+        first_owner: dict[str, str] = {}
+        for stage in self.stages:
+            for name in sorted(sides.side[stage.name]):
+                if name in first_owner:
+                    continue
+                if name in sides.shared and not self._cpu_bound(name):
+                    continue  # the main side needs it where it is; step 2 gives the prefetch side a copy
+                first_owner[name] = stage.name
+                device = view.node(name).device
+                targets = {cpu_device_for(device, self.task[o]) for o in sides.owners[name]}
+                if len(targets) > 1:
+                    self._keep(stage.name, name, "it is on the prefetch side of stages on different tasks "
+                                                 f"({', '.join(sides.owners[name])})")
+                    continue
+                wanted[name] = targets.pop()
+        decided: set[str] = set()
+        for name in sorted(wanted):
+            if name in decided:
+                continue
+            target = wanted[name]
+            members = self.groups.group(name)
+            decided.update(m for m in members if m in wanted)
+            problem = self._group_problem(name, members, target, wanted)
+            stage = first_owner[name]
+            if problem:
+                for m in members:
+                    if m in wanted:
+                        self._keep(first_owner[m], m, problem)
+                continue
+            for m in members:
+                before = self.edits.device_of(m)
+                if self.edits.set_device(m, target):
+                    why = ("prefetch side" if m in wanted and m not in self.sides.shared else
+                           "used by both sides; its group runs on the CPU anyway" if m in wanted else
+                           f"colocated with {name}; its group runs on the CPU anyway")
+                    self.changes[first_owner.get(m, stage)].append(DeviceChange(m, before, target, why))
+
+    def _group_problem(self, name: str, members: tuple[str, ...], target: str, wanted: dict[str, str]) -> str:
+        """Why the colocation group of `name` cannot move to `target` as a whole ("" when it can)."""
+        view, sides = self.view, self.sides
+        # A group with a member that has no GPU kernel runs on a CPU whatever its device strings say (the
+        # placer needs one device type for the whole group), so main-side members may come along.
+        cpu_bound = self._cpu_bound(name)
+        for m in members:
+            node = view.node(m)
+            if m in wanted:
+                if wanted[m] != target:
+                    return f"its colocation group spans {target} and {wanted[m]} (via {m})"
+            elif m in sides.stage_ops:
+                return f"it is colocated with the stage op {m!r}"
+            elif m in sides.shared:
+                return f"it is colocated with {m!r}, which the main side uses too"
+            elif m in sides.owners:
+                return f"it is colocated with {m!r}, which stays where it is"
+            elif not cpu_bound:
+                return (f"it is colocated with the main-side node {m!r} ({node.op}), which can run on a GPU; "
+                        "a colocation group is never split")
+            elif not same_device(cpu_device_for(node.device, parse_device(target)), target):
+                return f"it is colocated with {m!r} on {node.device}, another task"
+            known = has_kernel(node, CPU)
+            if known is None:
+                return f"{m!r} has op type {node.op!r}, unknown to this TensorFlow"
+            if not known:
+                return f"{m!r} ({node.op}) has no CPU kernel for its types"
+        return ""
+
+    def _cpu_bound(self, name: str) -> bool:
+        """Whether the colocation group of `name` runs on a CPU whatever its devices say: a member has no GPU kernel."""
+        return any(has_kernel(self.view.node(m), GPU) is False for m in self.groups.group(name))
+
+    def _keep(self, stage: str, name: str, reason: str) -> None:
+        self.kept[stage].append(KeptNode(name, self.edits.device_of(name), reason))
+
+    # -- 2. nodes the main side uses too: a CPU copy for the prefetch side ----------------------
+    def _copy_shared_inputs(self, stage: StageBoundary) -> None:
+        view, sides = self.view, self.sides
+        consumers = [n for n in sides.prefetch_only(stage.name) if sides.owners[n][0] == stage.name] + [stage.put]
+        for consumer in consumers:
+            inputs = list(self.edits.inputs.get(consumer, view.node(consumer).input))
+            rewired = False
+            for i, s in enumerate(inputs):
+                t = parse_tensor_name(s)
+                if t.node not in sides.shared:
+                    continue
+                copy = self._copy(stage, t.node)
+                if copy is not None:
+                    inputs[i] = input_string(copy, t.port)
+                    rewired = True
+            if rewired:
+                self.edits.inputs[consumer] = _dedup_controls(inputs)
+
+    def _copy(self, stage: StageBoundary, name: str) -> str | None:
+        """The prefetch-side copy of shared node `name` for `stage` (made on first use), or None to read it."""
+        key = (stage.name, name)
+        if key in self._copy_of:
+            return self._copy_of[key]
+        self._copy_of[key] = None  # a cycle cannot happen in a DAG; this also memoises refusals
+        node = self.view.node(name)
+        device = self.edits.device_of(name)
+        target = cpu_device_for(device, self.task[stage.name])
+        if device and same_device(device, target):
+            return None  # on this CPU already: the prefetch side reads it locally
+        reason = self._not_copyable(node)
+        if not reason and node.ByteSize() > self.copy_budget:
+            reason = f"copying it would exceed the duplication budget ({self.max_copy_bytes} bytes of NodeDefs)"
+        users = ", ".join(self.sides.main_users.get(name, ())[:3])
+        if reason:
+            self._keep(stage.name, name, f"the main side uses it too{f' ({users})' if users else ''}; not copied: "
+                                         f"{reason}; the prefetch side reads it across devices")
+            return None
+        self.copy_budget -= node.ByteSize()
+        copy = node_def_pb2.NodeDef()
+        copy.CopyFrom(node)
+        copy.name = self.edits.unique_name(f"{stage.name}/{COPY_SCOPE}/{name}")
+        copy.device = target
+        if "_class" in copy.attr:
+            del copy.attr["_class"]  # the copy is stateless: no colocation ties it to the main side
+        del copy.input[:]
+        for s in node.input:
+            t = parse_tensor_name(s)
+            inner = self._copy(stage, t.node) if t.node in self.sides.shared else None
+            copy.input.append(input_string(inner, t.port) if inner else s)
+        copy.input[:] = _dedup_controls(list(copy.input))
+        self.edits.new_nodes.append(copy)
+        self._copy_of[key] = copy.name
+        self.copies[stage.name].append((name, copy.name))
+        return copy.name
+
+    def _not_copyable(self, node: node_def_pb2.NodeDef) -> str:
+        od = op_def(node.op)
+        if od is None:
+            return f"op type {node.op!r} is unknown to this TensorFlow"
+        if node.op in FEED_OPS:
+            return "it is fed"
+        if node.op in FUNCTIONAL_OPS or is_stateful_op(node.op):
+            return f"{node.op} is stateful or calls a function: a copy would run it twice"
+        for t in self.view.inputs(node.name):
+            if t.node in self.sides.stage_ops:
+                return f"it reads the stage op {t.node!r}"
+        types = self.view.output_dtypes(node.name) or []
+        in_types = [self.view.dtype_of(t) for t in self.view.data_inputs(node.name)]
+        if any(d is None or d > 100 or d in (types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT) for d in types + in_types):
+            return "it handles refs, resources or variants"
+        if not has_kernel(node, CPU):
+            return f"{node.op} has no CPU kernel for its types"
+        return ""
+
+    # -- 3. the buffer -> the main side's GPU ------------------------------------------------------
+    def _main_gpu(self, stage: StageBoundary) -> str | None:
+        task = self.task[stage.name]
+
+        def full(device: str) -> str:
+            return task.make_merged_spec(parse_device(device)).to_string()
+
+        take_device = self.edits.device_of(stage.take)
+        if is_gpu(take_device):
+            return full(take_device)
+        readers = [self.edits.device_of(f.consumer) for f in self.view.fanouts(stage.take) if f.port != CONTROL_PORT]
+        common = most_common(d for d in readers if is_gpu(d))
+        if common:
+            return full(common)
+        if self.main_device:
+            return full(self.main_device)
+        return None
+
+    def _place_buffer(self, stage: StageBoundary) -> StagePlacement:
+        view, edits = self.view, self.edits
+        buffer_node = stage.buffer or stage.put
+        before = view.node(buffer_node).device
+        main_gpu = self._main_gpu(stage)
+        notes: list[str] = []
+        boundary: list[BoundaryCopy] = []
+        if main_gpu is None:
+            notes.append("the main side names no GPU (neither the take nor its readers have a GPU device): the buffer "
+                         "stays where it is; place the model with tf.device('/device:GPU:0') or pass "
+                         "GpuPlacement(main_device=...)")
+        else:
+            memory = self._component_memory(stage, main_gpu)
+            wants_gpu = any(m == DEVICE for m, _ in memory)
+            problem = self._buffer_problem(stage) if wants_gpu else ""
+            if problem:
+                notes.append(f"the buffer stays on {before or 'no device'}: {problem}; copies to the GPU stay on the "
+                             "main side")
+            elif wants_gpu:
+                members = sorted(set(self.groups.group(buffer_node)) | set(stage.ops))
+                for m in members:
+                    old = edits.device_of(m)
+                    if edits.set_device(m, main_gpu):
+                        self.changes[stage.name].append(DeviceChange(m, old, main_gpu, "stage"))
+            else:
+                notes.append("no boundary tensor is read in GPU memory on the main side: the buffer stays on "
+                             f"{before or 'no device'}")
+            on_gpu = is_gpu(edits.device_of(buffer_node))
+            if on_gpu:
+                self._set_hostmem(stage, memory)
+            boundary = self._describe_boundary(stage, memory, on_gpu, main_gpu)
+        placement = StagePlacement(
+            stage=stage.name, main_device=main_gpu, buffer_device_before=before,
+            buffer_device_after=edits.device_of(buffer_node), device_changes=tuple(self.changes[stage.name]),
+            boundary=tuple(boundary), copies=tuple(self.copies[stage.name]), kept=tuple(self.kept[stage.name]),
+            notes=tuple(notes))
+        return placement
+
+    def _component_memory(self, stage: StageBoundary, main_gpu: str) -> list[tuple[str, str]]:
+        """(memory, reason) for each component of the take: "device" only if every reader wants it on main_gpu."""
+        view = self.view
+        dtypes = view.output_dtypes(stage.take) or []
+        readers: dict[int, list[tuple[str, int]]] = {}
+        for f in view.fanouts(stage.take):
+            if f.port != CONTROL_PORT:
+                readers.setdefault(f.port, []).append((f.consumer, f.index))
+        result = []
+        for j, dtype in enumerate(dtypes):
+            result.append(self._memory_of(dtype, readers.get(j, []), main_gpu))
+        return result
+
+    def _memory_of(self, dtype: int, readers: list[tuple[str, int]], main_gpu: str) -> tuple[str, str]:
+        if dtype in _HOST_ONLY_IN_BUFFER:
+            return HOST, f"{dtype_name(dtype)} tensors stay in host memory"
+        if not readers:
+            return HOST, "no main-side reader"
+        for consumer, index in readers:
+            device = self.edits.device_of(consumer) or main_gpu
+            if not covers(main_gpu, device) or (parse_device(device).device_type or GPU).upper() != GPU:
+                return HOST, f"{consumer!r} reads it on {device}"
+            where = input_memory(self.view.node(consumer), index, GPU)
+            if where is None:
+                return HOST, f"{consumer!r} ({self.view.op(consumer)}) has no GPU kernel: it runs on the CPU"
+            if where == HOST:
+                return HOST, f"{consumer!r} ({self.view.op(consumer)}) reads it in host memory on the GPU"
+        return DEVICE, "every main-side reader reads it in GPU memory"
+
+    def _buffer_problem(self, stage: StageBoundary) -> str:
+        view = self.view
+        buffer_node = stage.buffer or stage.put
+        members = sorted(set(self.groups.group(buffer_node)) | set(stage.ops))
+        for m in members:
+            node = view.node(m)
+            if m not in stage.ops:
+                return f"{m!r} ({node.op}) is colocated with the buffer but is not part of the stage"
+            known = has_kernel(node, GPU)
+            if known is None:
+                return f"{m!r} has op type {node.op!r}, unknown to this TensorFlow"
+            if not known:
+                return f"{m!r} ({node.op}) has no GPU kernel (use FIFOQueueV2, as smartstage.staged does)"
+        return ""
+
+    def _set_hostmem(self, stage: StageBoundary, memory: list[tuple[str, str]]) -> None:
+        host = [j for j, (m, _) in enumerate(memory) if m == HOST]
+        offset = 1 if stage.kind == FIFO else 0
+
+        def int_list(values):
+            return attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(i=values)) if values else None
+
+        self.edits.set_attr(stage.put, "_input_hostmem", int_list([offset + j for j in host]))
+        self.edits.set_attr(stage.take, "_output_hostmem", int_list(host))
+        for name in stage.related:
+            if self.view.op(name) in _OUTPUT_HOSTMEM_OPS:
+                self.edits.set_attr(name, "_output_hostmem", int_list(host))
+
+    def _describe_boundary(self, stage: StageBoundary, memory: list[tuple[str, str]], on_gpu: bool,
+                           main_gpu: str) -> list[BoundaryCopy]:
+        view = self.view
+        carried = stage.put_data_inputs(view)
+        dtypes = view.output_dtypes(stage.take) or []
+        result = []
+        for j, (where, reason) in enumerate(memory):
+            tensor = str(carried[j]) if j < len(carried) else "?"
+            producer = carried[j].node if j < len(carried) else ""
+            if where == DEVICE and on_gpu:
+                source = self.edits.device_of(producer) if producer else ""
+                copy = ("none: produced on the GPU" if is_gpu(source) else
+                        f"at the put {stage.put!r}, in the prefetch run ({source or 'host'} -> {main_gpu})")
+            else:
+                where = HOST
+                gpu_readers = [f.consumer for f in view.fanouts(stage.take) if f.port == j
+                               and input_memory(view.node(f.consumer), f.index, GPU) == DEVICE
+                               and is_gpu(self.edits.device_of(f.consumer) or main_gpu)]
+                copy = (f"on the main side, when {', '.join(gpu_readers[:3])} read(s) it" if gpu_readers
+                        else "none: it is never copied to a GPU")
+            result.append(BoundaryCopy(tensor, f"{stage.take}:{j}", dtype_name(dtypes[j]) if j < len(dtypes) else "?",
+                                       where, copy, reason))
+        return result
+
+
+def _dedup_controls(inputs: list[str]) -> list[str]:
+    data = [s for s in inputs if not s.startswith("^")]
+    control = list(dict.fromkeys(s for s in inputs if s.startswith("^")))
+    return data + control
+
+
+__all__ = ["BoundaryCopy", "DeviceChange", "GpuPlacement", "KeptNode", "StagePlacement"]
