@@ -48,7 +48,7 @@ def load_graph(graph) -> LoadedGraph:
     if type(graph).__name__ in ("Graph", "FuncGraph") and hasattr(graph, "as_graph_def"):
         import tensorflow as tf
 
-        meta = tf.compat.v1.train.export_meta_graph(graph=graph, add_shapes=True)
+        meta = tf.compat.v1.train.export_meta_graph(graph=graph, graph_def=graph.as_graph_def(add_shapes=True))
         return LoadedGraph(meta.graph_def, meta, "tf.Graph")
     raise GraphError(f"cannot optimize a {type(graph).__name__}: pass a GraphDef, a MetaGraphDef, a tf.Graph, "
                      f"or the path of a {', '.join(FORMATS)} file")
