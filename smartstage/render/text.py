@@ -74,12 +74,20 @@ def _stage_lines(diff: GraphDiff, stage: StageDiff, limit: int | None) -> list[s
     pinned = diff.pinned_in(stage.name)
     if pinned:
         lines.append(f"  pinned on the main side ({len(pinned)}):")
-        lines.extend(_limited([f"{p.name} ({p.op}): {p.reason}" + (f" [{' <- '.join(p.chain)}]" if len(p.chain) > 1
-                                                                   else "") for p in pinned], limit, "    "))
+        lines.extend(_limited([f"{p.name} ({p.op}): {p.reason}" + _chain(p.chain) for p in pinned], limit, "    "))
     if stage.control_reroutes:
         lines.append(f"  control edges re-routed through the put and the take ({len(stage.control_reroutes)}):")
         lines.extend(_limited([f"{a} -> {b}" for a, b in stage.control_reroutes], limit, "    "))
     return lines
+
+
+def _chain(chain: tuple[str, ...]) -> str:
+    """The pin chain, node first; a long one shows its two first links and the cause."""
+    if len(chain) < 2:
+        return ""
+    if len(chain) > 4:
+        chain = (*chain[:2], f"... {len(chain) - 3} more", chain[-1])
+    return " [" + " <- ".join(chain) + "]"
 
 
 def _limited(items: list[str], limit: int | None, indent: str) -> list[str]:
