@@ -8,10 +8,11 @@ Runs after expand_stage. Per stage:
 1. Every node of the prefetch side (what the put needs, not crossing any buffer) goes to the CPU of the
    task its device names (/job:worker/replica:0/task:1/device:GPU:0 -> .../task:1/device:CPU:0; a node
    naming no task gets the stage's task, or plain /device:CPU:0 on one machine). Never another task's
-   CPU. A colocation group (`_class` loc:@, resource and ref edges) moves as a whole or not at all; a
-   main-side member may come along only when it has no GPU kernel (it runs on that CPU anyway).
+   CPU. A colocation group (`_class` loc:@, resource and ref edges) moves as a whole or not at all; its
+   main-side members may come along only when the group cannot run on a GPU anyway (one member has no
+   GPU kernel, so the placer puts all of it on a CPU, whatever the device strings say).
 2. A node the main side evaluates too (a constant both sides read) keeps its device: the main side
-   needs it where it is. The prefetch side gets its own CPU copy, `<stage>/prefetch_copy/<name>`, when
+   needs it where it is (unless its group is CPU-bound as above: then it runs on that CPU already). The prefetch side gets its own CPU copy, `<stage>/prefetch_copy/<name>`, when
    the node is stateless, pure (no fed, stateful, ref or resource input) and small; otherwise it is left
    and the report says why. Copies are cheap, and without them every prefetch run would fetch the value
    from the GPU (a device-to-host copy on the GPU's streams, in the middle of the training step).
@@ -232,7 +233,9 @@ class _Planner:
         self.sides: PrefetchSides = prefetch_sides(view, stages)
         self.groups = ColocationGroups(view)
         self.edits = _Edits(view)
-        self.task = {s.name: stage_task([view.node(n).device for n in (s.put, s.take, s.buffer) if n])
+        # A stage's task: the one its put, take or buffer names; else the one its main-side readers name.
+        self.task = {s.name: stage_task([view.node(n).device for n in (s.put, s.take, s.buffer) if n]
+                                        + [view.node(f.consumer).device for f in view.fanouts(s.take)])
                      for s in stages}
         self.changes: dict[str, list[DeviceChange]] = {s.name: [] for s in stages}
         self.kept: dict[str, list[KeptNode]] = {s.name: [] for s in stages}
