@@ -75,4 +75,5 @@ def build_demo(
         parsed=parsed,
         init_op=init_op,
         fetches={"loss": loss, "predictions": predictions, "labels": label},
+        preprocessed={"label": label, "I1": count, "C1": c1_ids, "C1_C2": pair_ids},
     )

@@ -87,4 +87,5 @@ def build_dlrm(
         parsed=pipeline.parsed,
         init_op=init_op,
         fetches={"loss": loss, "predictions": predictions, "labels": labels, "dense": features["dense"]},
+        preprocessed=features,
     )

@@ -82,7 +82,9 @@ def make_vocabulary_tables(
                 name=f"{col}_init",
             )
             if k % 2 == 0:
-                tables[col] = tf.compat.v1.lookup.StaticVocabularyTable(init, options.num_oov_buckets, name=f"{col}_table")
+                tables[col] = tf.compat.v1.lookup.StaticVocabularyTable(
+                    init, options.num_oov_buckets, name=f"{col}_table"
+                )
             else:
                 tables[col] = tf.compat.v1.lookup.StaticHashTable(init, default_value=-1, name=f"{col}_table")
     return VocabularyTables(tables=tables, vocabulary_sizes=sizes, num_oov_buckets=options.num_oov_buckets)
@@ -108,13 +110,14 @@ def sparse_feature(features: Mapping[str, tf.Tensor], key: str) -> tf.SparseTens
 
 
 def _check(options: FeatureOptions) -> None:
-    used = set(options.vocabulary_columns) | set(options.multivalent_columns) | {c for x in options.crosses for c in x}
-    unknown = sorted(used - set(CATEGORICAL_COLUMNS))
+    crossed = {col for cross in options.crosses for col in cross}
+    named = set(options.vocabulary_columns) | set(options.multivalent_columns) | crossed
+    unknown = sorted(named - set(CATEGORICAL_COLUMNS))
     if unknown:
         raise ValueError(f"FeatureOptions name unknown categorical columns {unknown} (C1..C26)")
-    crossed_multivalent = sorted({c for x in options.crosses for c in x} & set(options.multivalent_columns))
+    crossed_multivalent = sorted(crossed & set(options.multivalent_columns))
     if crossed_multivalent:
-        raise ValueError(f"FeatureOptions.crosses use multi-valued columns {crossed_multivalent}; cross single-valued ones")
+        raise ValueError(f"FeatureOptions.crosses use multi-valued columns {crossed_multivalent}; use single-valued")
     bad_buckets = sorted(set(options.bucketized_columns) - set(DENSE_COLUMNS))
     if bad_buckets:
         raise ValueError(f"FeatureOptions.bucketized_columns {bad_buckets} are not dense columns I1..I13")
@@ -140,7 +143,9 @@ def preprocess(
         logs = tf.math.log1p(tf.maximum(dense, 0.0), name="dense_log")
         out["dense"] = tf.math.divide(logs - tf.constant(DENSE_LOG_MEAN), tf.constant(DENSE_LOG_STD), name="dense")
         for col in options.bucketized_columns:
-            buckets = tf.raw_ops.Bucketize(input=filled[col], boundaries=list(options.bucket_boundaries), name=f"bucketize_{col}")
+            buckets = tf.raw_ops.Bucketize(
+                input=filled[col], boundaries=list(options.bucket_boundaries), name=f"bucketize_{col}"
+            )
             out[f"bucket/{col}"] = tf.cast(buckets, tf.int64, name=f"bucket_{col}")
         for col in CATEGORICAL_COLUMNS:
             values = parsed[col]
@@ -178,5 +183,6 @@ def categorical_inputs(
     if crosses:
         for cross in options.crosses:
             name = "_".join(cross)
-            inputs.append(CategoricalInput(name, options.cross_hash_size, sparse_ids=sparse_feature(features, f"cross/{name}")))
+            ids = sparse_feature(features, f"cross/{name}")
+            inputs.append(CategoricalInput(name, options.cross_hash_size, sparse_ids=ids))
     return inputs

@@ -35,12 +35,18 @@ def embedding_table(name: str, num_ids: int, dim: int, seeds: Seeds) -> tf.Varia
 def embed(table: tf.Variable, feature: CategoricalInput, combiner: str = "mean") -> tf.Tensor:
     """[B, dim] embeddings: a gather for dense ids, safe_embedding_lookup_sparse for sparse ids."""
     if feature.sparse_ids is not None:
-        return tf.nn.safe_embedding_lookup_sparse(table, feature.sparse_ids, combiner=combiner, name=f"embed_{feature.name}")
+        return tf.nn.safe_embedding_lookup_sparse(
+            table, feature.sparse_ids, combiner=combiner, name=f"embed_{feature.name}"
+        )
     return tf.nn.embedding_lookup(table, feature.ids, name=f"embed_{feature.name}")
 
 
 def dense_layer(
-    x: tf.Tensor, units: int, name: str, seeds: Seeds, activation: Optional[Callable[[tf.Tensor], tf.Tensor]] = tf.nn.relu
+    x: tf.Tensor,
+    units: int,
+    name: str,
+    seeds: Seeds,
+    activation: Optional[Callable[[tf.Tensor], tf.Tensor]] = tf.nn.relu,
 ) -> tf.Tensor:
     """x @ kernel + bias, then `activation` (None for a linear layer)."""
     with tf.compat.v1.variable_scope(name):

@@ -74,7 +74,8 @@ class InputOptions:
             raise ValueError(f"InputOptions.iterator must be 'one_shot' or 'initializable', got {self.iterator!r}")
         if self.batch_size < 1:
             raise ValueError(f"InputOptions.batch_size must be at least 1, got {self.batch_size}")
-        if self.reader == "queue" and (self.prefetch is not None or self.parse_in_dataset or self.preprocess_in_dataset):
+        dataset_only = self.prefetch is not None or self.parse_in_dataset or self.preprocess_in_dataset
+        if self.reader == "queue" and dataset_only:
             raise ValueError("InputOptions: prefetch, parse_in_dataset and preprocess_in_dataset need reader='dataset'")
 
 
@@ -150,6 +151,7 @@ class ModelGraph:
 
     features: the tensors after the stage (the identity stage: the parsed columns themselves).
     parsed: the tensors the stage was given.
+    preprocessed: the model's inputs after all preprocessing (run them alone to time the input side).
     init_op: initialises variables, tables and the iterator, for a plain Session (a
         MonitoredTrainingSession finds the same through the standard collections).
     fetches: named tensors worth fetching each step (loss, predictions, labels, ...).
@@ -164,6 +166,7 @@ class ModelGraph:
     parsed: Mapping[str, tf.Tensor]
     init_op: tf.Operation
     fetches: Mapping[str, tf.Tensor] = field(default_factory=dict)
+    preprocessed: Mapping[str, tf.Tensor] = field(default_factory=dict)
 
     def fetch_names(self) -> dict[str, str]:
         """The graph names of `fetches`, plus "loss" and "train_op", for running an exported copy."""

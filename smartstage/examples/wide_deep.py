@@ -1,11 +1,13 @@
 """A Wide&Deep-like model on the Criteo-like CSV.
 
-    parsed -> stage -> preprocess -> ids, crosses, buckets -> linear weights(w) -> sum -------\\
+    parsed -> stage -> preprocess -> ids, crosses, buckets -> offset, sparse concat -> linear weights(w) --\\
                                   -> ids -> embeddings(w) + dense -> concat -> deep MLP -> + -> logit
                                                                                   -> loss -> Ftrl (wide) + Adam (deep)
 
-The wide part reads one weight per id (hashed crosses included); the deep part embeds the
-single- and multi-valued categorical features. One backward pass feeds both optimizers.
+The wide part is one linear weight vector over the union of every categorical id space (hashed
+crosses included): each feature's ids are offset into it and all are concatenated into one
+SparseTensor, summed by one lookup. The deep part embeds the single- and multi-valued
+categorical features. One backward pass feeds both optimizers.
 """
 
 from __future__ import annotations
@@ -15,10 +17,29 @@ from typing import Mapping, Optional
 import tensorflow as tf
 
 from smartstage.examples.feature_pipeline import build_feature_pipeline
-from smartstage.examples.features import categorical_inputs
+from smartstage.examples.features import CategoricalInput, categorical_inputs
 from smartstage.examples.inputs import finish_initialization
 from smartstage.examples.layers import Seeds, embed, embedding_table, mlp
 from smartstage.examples.options import InputOptions, ModelGraph, StageFn, WideDeepOptions, no_stage
+
+
+def wide_ids(inputs: list[CategoricalInput]) -> tuple[tf.SparseTensor, int]:
+    """All features' ids in one [B, n] SparseTensor, each offset past the previous id spaces.
+
+        C1 ids [B] + C25 ids (sparse) + C1_C2 ids (sparse)  ->  [B, 1 + k + m] ids in [0, total)
+    """
+    with tf.name_scope("wide_ids"):
+        parts, offset = [], 0
+        for feature in inputs:
+            if feature.sparse_ids is not None:
+                sparse = feature.sparse_ids
+            else:
+                rows = tf.range(tf.shape(feature.ids, out_type=tf.int64)[0], dtype=tf.int64)
+                indices = tf.stack([rows, tf.zeros_like(rows)], axis=1)
+                sparse = tf.SparseTensor(indices, feature.ids, tf.stack([tf.size(rows, out_type=tf.int64), 1]))
+            parts.append(tf.SparseTensor(sparse.indices, sparse.values + offset, sparse.dense_shape))
+            offset += feature.num_ids
+        return tf.sparse.concat(axis=1, sp_inputs=parts), offset
 
 
 def build_wide_deep(
@@ -44,12 +65,11 @@ def build_wide_deep(
         features = pipeline.features
         with tf.compat.v1.variable_scope("wide_deep") as model_scope:
             with tf.compat.v1.variable_scope("wide"):
-                terms = []
-                for feature in categorical_inputs(features, feats, pipeline.tables, crosses=True):
-                    weights = embedding_table(feature.name, feature.num_ids, 1, seeds)
-                    terms.append(embed(weights, feature, combiner="sum"))
+                ids, num_ids = wide_ids(categorical_inputs(features, feats, pipeline.tables, crosses=True))
+                weights = embedding_table("weights", num_ids, 1, seeds)
+                linear = embed(weights, CategoricalInput("wide", num_ids, sparse_ids=ids), combiner="sum")
                 bias = tf.compat.v1.get_variable("bias", shape=[1], initializer=tf.compat.v1.zeros_initializer())
-                wide_logit = tf.add(tf.add_n(terms), bias, name="wide_logit")
+                wide_logit = tf.add(linear, bias, name="wide_logit")
             with tf.compat.v1.variable_scope("deep"):
                 embedded = [
                     embed(embedding_table(feature.name, feature.num_ids, options.embedding_dim, seeds), feature)
@@ -86,4 +106,5 @@ def build_wide_deep(
         parsed=pipeline.parsed,
         init_op=init_op,
         fetches={"loss": loss, "predictions": predictions, "labels": labels, "wide_logit": wide_logit},
+        preprocessed=features,
     )

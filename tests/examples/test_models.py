@@ -152,3 +152,11 @@ def test_deeprec_example_gives_the_documented_target(deeprec_data):
     assert values[0][0].tolist() == [b"1.000000"] * 3
     assert values[0][2].tolist() == [b"value0", b"value1", b"xxx"]
     assert values[1][3].tolist() == [b"value2", b"value3", b"xxx"]
+
+
+def test_timing_cli_smoke(capsys):
+    from smartstage.examples import timing
+
+    assert timing.main(["--rows", "200", "--steps", "3", "--only", "demo"]) == 0
+    out = capsys.readouterr().out
+    assert "train steps/s" in out and "demo" in out
