@@ -60,8 +60,12 @@ class MovedNode:
 
 @dataclass(frozen=True)
 class PinnedNode:
-    """A node the optimizer kept on `stage`'s main side. chain: this node, the input it inherited the pin
-    through, ..., the cause (a single name when the node is the cause itself)."""
+    """A node the optimizer kept on `stage`'s main side, and why.
+
+    via: the input it inherited the pin through (None: the node is the cause itself). When `via` is not
+    itself pinned in this stage (it sits upstream of the take), `via_path` is the input path from `via`
+    back to the cause. `GraphDiff.chain(name, stage)` joins these into the whole chain.
+    """
 
     name: str
     op: str
@@ -70,7 +74,7 @@ class PinnedNode:
     cause: str
     reason: str
     via: str | None = None
-    chain: tuple[str, ...] = ()
+    via_path: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,33 @@ class GraphDiff:
     def pinned_in(self, stage: str) -> tuple[PinnedNode, ...]:
         return tuple(p for p in self.pinned if p.stage == stage)
 
+    def chain(self, name: str, stage: str) -> tuple[str, ...]:
+        """`name`, the input it inherited its pin through, ..., the cause: `name <- via <- ... <- cause`."""
+        index = self._pin_index().get(stage, {})
+        pin = index.get(name)
+        if pin is None:
+            return ()
+        chain = [name]
+        while pin.via is not None and pin.via not in chain:
+            if pin.via in index:
+                chain.append(pin.via)
+                pin = index[pin.via]
+                continue
+            chain.extend(pin.via_path or (pin.via, pin.cause))
+            break
+        if chain[-1] != pin.cause:
+            chain.append(pin.cause)
+        return tuple(dict.fromkeys(chain))
+
+    def _pin_index(self) -> dict[str, dict[str, PinnedNode]]:
+        cached = self.__dict__.get("_pins_by_stage")
+        if cached is None:
+            cached = {}
+            for p in self.pinned:
+                cached.setdefault(p.stage, {})[p.name] = p
+            object.__setattr__(self, "_pins_by_stage", cached)
+        return cached
+
     def counts(self) -> dict[str, int]:
         return {
             "moved": len(self.moved), "pinned": len(self.pinned), "added": len(self.added),
@@ -206,7 +237,7 @@ class GraphDiff:
         return cls(
             before_nodes=d["before"]["nodes"], after_nodes=d["after"]["nodes"],
             stages=build(StageDiff, d["stages"], ("boundary_before", "boundary_after", "control_reroutes")),
-            moved=build(MovedNode, d["moved"]), pinned=build(PinnedNode, d["pinned"], ("chain",)),
+            moved=build(MovedNode, d["moved"]), pinned=build(PinnedNode, d["pinned"], ("via_path",)),
             added=build(NodeRef, d["added"]), removed=build(NodeRef, d["removed"]),
             rewired=build(Rewire, d["rewired"], ("before", "after")),
             op_changes=build(ValueChange, d["op_changes"]), device_changes=build(ValueChange, d["device_changes"]),
@@ -346,9 +377,12 @@ def _pinned(view: GraphView, result) -> list[PinnedNode]:
     out = []
     for p in result.partitions:
         for name, pin in p.pinned.items():
+            via_path: tuple[str, ...] = ()
+            if pin.via is not None and pin.via not in p.pinned and pin.via != pin.cause:
+                via_path = tuple(input_path(view, pin.via, pin.cause) or (pin.via, pin.cause))
             out.append(PinnedNode(name=name, op=view.op(name) if name in view else "", stage=p.stage.name,
                                   kind=pin.kind, cause=pin.cause, reason=pin.detail, via=pin.via,
-                                  chain=pin_chain(view, p.pinned, name)))
+                                  via_path=via_path))
     position = {n: i for i, n in enumerate(view.names())}
     stage_rank = {p.stage.name: i for i, p in enumerate(result.partitions)}
     out.sort(key=lambda pn: (stage_rank[pn.stage], position.get(pn.name, len(position)), pn.name))

@@ -190,11 +190,12 @@ def _stage_section(diff: GraphDiff, stage: StageDiff, max_items: int | None) -> 
         out.append(f"<h3>Pinned on the main side ({len(pinned)})</h3>")
         rows = []
         for p in pinned:
-            chain = " &larr; ".join(escape(n) for n in p.chain) if len(p.chain) > 1 else ""
+            names = diff.chain(p.name, p.stage)
+            chain = " &larr; ".join(escape(n) for n in names) if len(names) > 1 else ""
             body = (f"<code>{escape(p.name)}</code> <span class=\"op\">{escape(p.op)}</span> "
                     f"<span class=\"reason\">{escape(p.reason)}</span>"
                     + (f"<div class=\"chain\">chain: {chain}</div>" if chain else ""))
-            rows.append(_li(p.name, body, f"{p.op} {p.kind} {p.reason} {' '.join(p.chain)}"))
+            rows.append(_li(p.name, body, f"{p.op} {p.kind} {p.reason} {p.cause}"))
         out.append(_items(rows, max_items))
     for title, tensors in (("Boundary tensors before", stage.boundary_before),
                            ("Boundary tensors after", stage.boundary_after)):

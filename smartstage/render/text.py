@@ -74,7 +74,7 @@ def _stage_lines(diff: GraphDiff, stage: StageDiff, limit: int | None) -> list[s
     pinned = diff.pinned_in(stage.name)
     if pinned:
         lines.append(f"  pinned on the main side ({len(pinned)}):")
-        lines.extend(_limited([f"{p.name} ({p.op}): {p.reason}" + _chain(p.chain) for p in pinned], limit, "    "))
+        lines.extend(_limited([f"{p.name} ({p.op}): {p.reason}" + _chain(diff.chain(p.name, p.stage)) for p in pinned], limit, "    "))
     if stage.control_reroutes:
         lines.append(f"  control edges re-routed through the put and the take ({len(stage.control_reroutes)}):")
         lines.extend(_limited([f"{a} -> {b}" for a, b in stage.control_reroutes], limit, "    "))
