@@ -1,0 +1,421 @@
+"""Sessions that optimize the graph when they are created: turn the flag on, keep the training loop.
+
+    config = ss.ConfigProto()                                   # or ss.enable_smart_stage(tf.compat.v1.ConfigProto())
+    config.graph_options.optimizer_options.do_smart_stage = True
+    with ss.MonitoredTrainingSession(config=config, hooks=[ss.make_prefetch_hook()]) as sess:
+        while not sess.should_stop():
+            sess.run(train_op)                                  # the same handles, a rewritten graph
+
+Creating the session reads the flags (options_from_config); when they are on, it rewrites the
+session's live tf.Graph in place, once per graph, before the first step (smartstage.live_rewrite).
+Every handle the user holds keeps working because nothing is removed or renamed. Fetches (also a
+hook's SessionRunArgs and a step_fn's runs) of a tensor that moved to the prefetch side are served
+by the take output that carries it; anything else there raises TargetError naming the node.
+The stock ConfigProto fields reach TensorFlow (to_session_config); the SmartStage flags do not.
+
+Prefetch threads:
+- MonitoredTrainingSession: DeepRec's rule, the prefetch hook is required. A graph with stages and
+  no `make_prefetch_hook()` among the hooks raises StageRuntimeError at creation, never a hang.
+- Session: it owns the session's lifecycle, so it starts the prefetch threads itself on the first
+  run() that reads a stage (after the user's init runs) and stops them in close(). An error of a
+  prefetch thread is raised by run() as that error (not as the OutOfRangeError it causes).
+  `prefetch=False` leaves the threads to the caller (smartstage.start_prefetch_threads).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Iterable
+
+import tensorflow as tf
+from tensorflow.python.training import monitored_session
+
+from smartstage.config import options_from_config, to_session_config
+from smartstage.errors import StageRuntimeError
+from smartstage.fetches import FetchMapper
+from smartstage.live_rewrite import LiveRewrite, adopt_late_ops, live_rewrite_of, rewrite_live_graph
+from smartstage.runtime import PrefetchHook, PrefetchThreads, stage_defs, start_prefetch_threads
+from smartstage.runtime.runner import STOP_JOIN_SECONDS
+
+logger = logging.getLogger(__name__)
+
+USE_DEFAULT = monitored_session.USE_DEFAULT
+
+
+def prepare_graph(graph: tf.Graph, config=None, targets: Iterable[Any] | None = None) -> LiveRewrite | None:
+    """Rewrites `graph` in place when `config` turns SmartStage on (once per graph); returns the record.
+
+        before:  a staged graph; config with do_smart_stage
+        after:   the same tf.Graph with preprocessing behind the stage; live_rewrite_of(graph) describes it
+
+    With the flags off the graph is left alone (a graph an earlier session rewrote stays rewritten,
+    and its record is returned so fetches keep being mapped).
+    """
+    if options_from_config(config).enabled:
+        return rewrite_live_graph(graph, config, targets or ())
+    return live_rewrite_of(graph)
+
+
+# -- plain Session --------------------------------------------------------------------------------
+
+
+class _RawSession:
+    """What the prefetch threads run through: the stock run(), without fetch mapping or error checks."""
+
+    def __init__(self, session: "Session"):
+        self._session = session
+
+    @property
+    def graph(self) -> tf.Graph:
+        return self._session.graph
+
+    @property
+    def _config(self):
+        return self._session._config  # noqa: SLF001
+
+    @property
+    def _closed(self) -> bool:
+        return self._session._closed  # noqa: SLF001
+
+    def run(self, *args, **kwargs):
+        return tf.compat.v1.Session.run(self._session, *args, **kwargs)
+
+
+class Session(tf.compat.v1.Session):
+    """A tf.compat.v1.Session that optimizes its graph when created and runs the prefetch threads.
+
+        before:  sess = tf.compat.v1.Session(config=config)
+        after:   sess = ss.Session(config=config)   # config: ss.ConfigProto or a stock ConfigProto
+
+    targets: tensors, ops or node names you will fetch, kept on the main side (besides the marked
+      targets and the train_op / losses / summaries / update_ops collections).
+    prefetch: start the prefetch threads on the first run() that reads a stage and stop them in
+      close() (default); False: start them yourself with smartstage.start_prefetch_threads(sess).
+    """
+
+    def __init__(self, target: str = "", graph: tf.Graph | None = None, config=None, *,
+                 targets: Iterable[Any] | None = None, prefetch: bool = True):
+        graph = graph if graph is not None else tf.compat.v1.get_default_graph()
+        self._smartstage = prepare_graph(graph, config, targets)
+        self._mapper = FetchMapper(self._smartstage)
+        self._auto_prefetch = prefetch
+        self._prefetch_threads: PrefetchThreads | None = None
+        self._prefetch_lock = threading.Lock()
+        self._reaches_stage: dict[frozenset, bool] = {}
+        self._error_raised = False
+        super().__init__(target, graph=graph, config=to_session_config(config))
+
+    @property
+    def smart_stage(self) -> LiveRewrite | None:
+        """What SmartStage did to this session's graph (None: nothing)."""
+        return self._smartstage
+
+    @property
+    def prefetch_threads(self) -> PrefetchThreads | None:
+        """The prefetch threads this session started (None before the first step that reads a stage)."""
+        return self._prefetch_threads
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        mapped = self._prepare(fetches, feed_dict)
+        try:
+            return super().run(mapped, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+        except tf.errors.OpError as error:
+            self._raise_prefetch_error(error)
+            raise
+
+    def make_callable(self, fetches, feed_list=None, accept_options=False):
+        mapped = self._prepare(fetches, dict.fromkeys(feed_list or ()))
+        call = super().make_callable(mapped, feed_list=feed_list, accept_options=accept_options)
+
+        def run_callable(*args, **kwargs):
+            self._prepare(mapped, None)
+            try:
+                return call(*args, **kwargs)
+            except tf.errors.OpError as error:
+                self._raise_prefetch_error(error)
+                raise
+
+        return run_callable
+
+    def partial_run_setup(self, fetches, feeds=None):
+        return super().partial_run_setup(self._prepare(fetches, dict.fromkeys(feeds or ())), feeds)
+
+    def partial_run(self, handle, fetches, feed_dict=None):
+        return super().partial_run(handle, self._prepare(fetches, feed_dict), feed_dict)
+
+    def _prepare(self, fetches, feed_dict):
+        """Raises a recorded prefetch error, adopts late ops, maps fetches, checks feeds, starts prefetch."""
+        threads = self._prefetch_threads
+        if threads is not None and threads.error is not None:
+            self._error_raised = True
+            threads.raise_if_error()
+        record = self._smartstage if self._smartstage is not None else live_rewrite_of(self.graph)
+        if record is not None:
+            if self._smartstage is None:
+                self._smartstage, self._mapper = record, FetchMapper(record)
+            if self.graph.version > record.last_id:
+                adopt_late_ops(self.graph, record)
+        mapped = self._mapper.map_fetches(fetches)
+        self._mapper.check_feeds(feed_dict)
+        if self._auto_prefetch and threads is None and not self._closed:
+            self._maybe_start_prefetch(mapped)
+        return mapped
+
+    def _maybe_start_prefetch(self, fetches) -> None:
+        takes = {d.take_node for d in stage_defs(self.graph)}
+        if not takes or not self._reads_a_stage(fetches, takes):
+            return
+        with self._prefetch_lock:
+            if self._prefetch_threads is None:
+                logger.info("SmartStage session: starting the prefetch threads of %s", sorted(takes))
+                self._prefetch_threads = start_prefetch_threads(_RawSession(self))
+
+    def _reads_a_stage(self, fetches, takes: set[str]) -> bool:
+        ops = _fetch_ops(fetches, self.graph)
+        key = frozenset(op.name for op in ops)
+        if key not in self._reaches_stage:
+            seen: set[str] = set()
+            stack = list(ops)
+            found = False
+            while stack and not found:
+                op = stack.pop()
+                if op.name in seen:
+                    continue
+                seen.add(op.name)
+                found = op.name in takes
+                stack.extend(t.op for t in op.inputs)
+                stack.extend(op.control_inputs)
+            self._reaches_stage[key] = found
+        return self._reaches_stage[key]
+
+    def _raise_prefetch_error(self, error: BaseException) -> None:
+        threads = self._prefetch_threads
+        if threads is not None and threads.error is not None and threads.error is not error:
+            self._error_raised = True
+            raise threads.error from error
+
+    def close(self) -> None:
+        threads, self._prefetch_threads = self._prefetch_threads, None
+        self._closed_threads = threads
+        if threads is not None:
+            threads.request_stop()
+        super().close()
+        if threads is not None and not threads.join(STOP_JOIN_SECONDS):
+            logger.warning("prefetch threads still running %.0f s after the session closed: %s",
+                           STOP_JOIN_SECONDS, [t.name for t in threads.threads if t.is_alive()])
+
+    def __exit__(self, exc_type, exc_value, exc_tb):
+        super().__exit__(exc_type, exc_value, exc_tb)
+        threads = getattr(self, "_closed_threads", None)
+        if exc_type is None and threads is not None and threads.error is not None and not self._error_raised:
+            self._error_raised = True
+            raise threads.error
+
+
+def _fetch_ops(fetches, graph: tf.Graph) -> list[tf.Operation]:
+    ops = []
+    for leaf in tf.nest.flatten(fetches, expand_composites=True):
+        if isinstance(leaf, tf.Operation):
+            ops.append(leaf)
+        elif isinstance(leaf, tf.Tensor):
+            ops.append(leaf.op)
+        elif isinstance(leaf, str):
+            try:
+                element = graph.as_graph_element(leaf)
+            except (KeyError, ValueError, TypeError):
+                continue  # the stock run() raises its own error for a bad name
+            ops.append(element if isinstance(element, tf.Operation) else element.op)
+        elif hasattr(leaf, "op") and isinstance(getattr(leaf, "op", None), tf.Operation):
+            ops.append(leaf.op)
+    return ops
+
+
+# -- MonitoredTrainingSession ---------------------------------------------------------------------
+
+
+class _MappedHook(tf.compat.v1.train.SessionRunHook):
+    """A user's hook whose SessionRunArgs fetches are mapped like the user's own fetches."""
+
+    def __init__(self, hook: tf.compat.v1.train.SessionRunHook, mapper: FetchMapper):
+        self.hook = hook
+        self._mapper = mapper
+
+    def begin(self):
+        self.hook.begin()
+
+    def after_create_session(self, session, coord):
+        self.hook.after_create_session(session, coord)
+
+    def before_run(self, run_context):
+        args = self.hook.before_run(run_context)
+        if args is None:
+            return None
+        fetches = self._mapper.map_fetches(args.fetches)
+        self._mapper.check_feeds(args.feed_dict)
+        if fetches is args.fetches:
+            return args
+        return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=args.feed_dict, options=args.options)
+
+    def after_run(self, run_context, run_values):
+        self.hook.after_run(run_context, run_values)
+
+    def end(self, session):
+        self.hook.end(session)
+
+    def __repr__(self) -> str:
+        return f"_MappedHook({self.hook!r})"
+
+
+class _AdoptLateOpsHook(tf.compat.v1.train.SessionRunHook):
+    """Runs last among the hooks' begin(): ops the hooks built read the new takes (adopt_late_ops)."""
+
+    def __init__(self, graph: tf.Graph, record: LiveRewrite):
+        self._graph, self._record = graph, record
+
+    def begin(self):
+        adopt_late_ops(self._graph, self._record)
+
+
+def _prefetch_hooks(hooks: Iterable) -> list[PrefetchHook]:
+    return [h for h in hooks if isinstance(h, PrefetchHook)]
+
+
+def require_prefetch_hook(graph: tf.Graph, hooks: Iterable) -> None:
+    """StageRuntimeError when `graph` has stages and none of `hooks` runs their prefetch threads."""
+    stages = [d.name for d in stage_defs(graph)]
+    if stages and not _prefetch_hooks(hooks):
+        raise StageRuntimeError(
+            f"the graph has stage(s) {stages}, but the MonitoredTrainingSession has no prefetch hook, so its "
+            "first step would wait for a batch that nobody prefetches. Pass "
+            "hooks=[smartstage.make_prefetch_hook()] (DeepRec: tf.make_prefetch_hook()); a non-chief worker "
+            "needs it in hooks, not in chief_only_hooks"
+        )
+
+
+class _MappedStepContext:
+    """The StepContext a run_step_fn step_fn sees, with its runs mapped."""
+
+    def __init__(self, context, mapper: FetchMapper):
+        self._context, self._mapper = context, mapper
+
+    @property
+    def session(self):
+        return _MappedRawSession(self._context.session, self._mapper)
+
+    def run_with_hooks(self, fetches, feed_dict=None, **kwargs):
+        self._mapper.check_feeds(feed_dict)
+        return self._context.run_with_hooks(self._mapper.map_fetches(fetches), feed_dict=feed_dict, **kwargs)
+
+    def request_stop(self):
+        return self._context.request_stop()
+
+
+class _MappedRawSession:
+    def __init__(self, session, mapper: FetchMapper):
+        self._session, self._mapper = session, mapper
+
+    def run(self, fetches, feed_dict=None, **kwargs):
+        self._mapper.check_feeds(feed_dict)
+        return self._session.run(self._mapper.map_fetches(fetches), feed_dict=feed_dict, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+
+class SmartMonitoredSession:
+    """The session ss.MonitoredTrainingSession returns: a stock MonitoredSession whose runs are mapped.
+
+    Everything else (should_stop, close, the context manager, graph, ...) is the stock session's.
+    """
+
+    def __init__(self, session, mapper: FetchMapper, record: LiveRewrite | None):
+        self._session = session
+        self._mapper = mapper
+        self.smart_stage = record
+
+    @property
+    def monitored_session(self):
+        """The stock tf.compat.v1.train.MonitoredSession underneath."""
+        return self._session
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        self._mapper.check_feeds(feed_dict)
+        return self._session.run(self._mapper.map_fetches(fetches), feed_dict=feed_dict, options=options,
+                                 run_metadata=run_metadata)
+
+    def run_step_fn(self, step_fn):
+        mapper = self._mapper
+        return self._session.run_step_fn(lambda context: step_fn(_MappedStepContext(context, mapper)))
+
+    def should_stop(self) -> bool:
+        return self._session.should_stop()
+
+    def close(self) -> None:
+        self._session.close()
+
+    def __enter__(self) -> "SmartMonitoredSession":
+        self._session.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc_value, exc_tb):
+        return self._session.__exit__(exc_type, exc_value, exc_tb)
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+
+def MonitoredTrainingSession(  # noqa: N802  (TensorFlow's name)
+    master="",
+    is_chief=True,
+    checkpoint_dir=None,
+    scaffold=None,
+    hooks=None,
+    chief_only_hooks=None,
+    save_checkpoint_secs=USE_DEFAULT,
+    save_summaries_steps=USE_DEFAULT,
+    save_summaries_secs=USE_DEFAULT,
+    config=None,
+    stop_grace_period_secs=120,
+    log_step_count_steps=100,
+    max_wait_secs=7200,
+    save_checkpoint_steps=USE_DEFAULT,
+    summary_dir=None,
+    save_graph_def=True,
+    *,
+    targets=None,
+) -> SmartMonitoredSession:
+    """tf.compat.v1.train.MonitoredTrainingSession, with the default graph optimized when the flags are on.
+
+        before:  tf.compat.v1.train.MonitoredTrainingSession(config=config, hooks=hooks)
+        after:   ss.MonitoredTrainingSession(config=config, hooks=hooks + [ss.make_prefetch_hook()])
+
+    Takes the stock arguments; `config` may be an ss.ConfigProto (DeepRec spelling) or a stock
+    tf.compat.v1.ConfigProto, and only its stock fields reach TensorFlow. `targets`: tensors, ops or
+    node names you fetch that must stay on the main side (besides the marked targets).
+    """
+    graph = tf.compat.v1.get_default_graph()
+    hooks = list(hooks or [])
+    chief_only_hooks = list(chief_only_hooks or [])
+    require_prefetch_hook(graph, hooks + (chief_only_hooks if is_chief else []))
+    record = prepare_graph(graph, config, targets)
+    mapper = FetchMapper(record)
+    if mapper.active:
+        def wrap(hook):
+            return hook if isinstance(hook, PrefetchHook) else _MappedHook(hook, mapper)
+
+        hooks = [wrap(h) for h in hooks] + [_AdoptLateOpsHook(graph, record)]
+        chief_only_hooks = [wrap(h) for h in chief_only_hooks]
+    session = tf.compat.v1.train.MonitoredTrainingSession(
+        master=master, is_chief=is_chief, checkpoint_dir=checkpoint_dir, scaffold=scaffold, hooks=hooks,
+        chief_only_hooks=chief_only_hooks, save_checkpoint_secs=save_checkpoint_secs,
+        save_summaries_steps=save_summaries_steps, save_summaries_secs=save_summaries_secs,
+        config=to_session_config(config) if config is not None else None,
+        stop_grace_period_secs=stop_grace_period_secs, log_step_count_steps=log_step_count_steps,
+        max_wait_secs=max_wait_secs, save_checkpoint_steps=save_checkpoint_steps, summary_dir=summary_dir,
+        save_graph_def=save_graph_def,
+    )
+    return SmartMonitoredSession(session, mapper, record)
+
+
+__all__ = ["MonitoredTrainingSession", "Session", "SmartMonitoredSession", "prepare_graph", "require_prefetch_hook"]
