@@ -18,6 +18,7 @@ from smartstage.examples import (
     export_meta_graph_def,
     import_meta_graph_def,
     run_steps,
+    write_graph_file,
 )
 
 STEPS = 6
@@ -60,6 +61,10 @@ def test_dlrm_preprocessing_in_the_dataset_gives_the_same_losses(criteo, dlrm_re
     assert "dense" in model.features, "the stage took the preprocessed features"
     # tf.data optimizes its map function on its own, so the last bit of a float may differ.
     np.testing.assert_allclose(dlrm_reference[1], in_dataset, rtol=1e-6)
+    # The iterator initializer travels in LOCAL_INIT_OP: an imported copy initialises it too.
+    imported = import_meta_graph_def(export_meta_graph_def(model.graph))
+    again = run_steps(imported, [model.loss.name, model.train_op.name], 2, monitored=True)
+    np.testing.assert_array_equal(in_dataset[:2], [a[0] for a in again])
 
 
 def test_one_shot_iterator_cannot_capture_vocabulary_tables(criteo):
@@ -131,6 +136,26 @@ def test_demo_trains(criteo):
         model = build_demo(criteo.data_path)
     losses = [r[0] for r in run_steps(graph, [model.loss, model.train_op], 30, init_op=model.init_op)]
     assert len(losses) == 30 and np.mean(losses[-10:]) < np.mean(losses[:10])
+
+
+@pytest.mark.parametrize("suffix", [".pb", ".pbtxt", ".meta"])
+def test_write_graph_file(criteo, tmp_path, suffix):
+    from google.protobuf import text_format
+    from tensorflow.core.framework import graph_pb2
+    from tensorflow.core.protobuf import meta_graph_pb2
+
+    with tf.Graph().as_default() as graph:
+        build_demo(criteo.data_path)
+    path = write_graph_file(graph, tmp_path / f"demo{suffix}")
+    if suffix == ".pbtxt":
+        nodes = text_format.Parse(open(path).read(), graph_pb2.GraphDef()).node
+    elif suffix == ".pb":
+        nodes = graph_pb2.GraphDef.FromString(open(path, "rb").read()).node
+    else:
+        meta = meta_graph_pb2.MetaGraphDef.FromString(open(path, "rb").read())
+        assert "train_op" in meta.collection_def
+        nodes = meta.graph_def.node
+    assert {n.name for n in nodes} == {n.name for n in graph.as_graph_def().node}
 
 
 def test_deeprec_example_gives_the_documented_target(deeprec_data):
