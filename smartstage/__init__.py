@@ -25,6 +25,7 @@ from smartstage.errors import (
     VerificationError,
 )
 from smartstage.io import load_graph, write_graph
+from smartstage.live_rewrite import LiveRewrite, live_rewrite_of
 from smartstage.optimize import OptimizeResult, optimize
 from smartstage.runtime import (
     PrefetchHook,
@@ -35,6 +36,7 @@ from smartstage.runtime import (
     staged,
     start_prefetch_threads,
 )
+from smartstage.session import MonitoredTrainingSession, Session, SmartMonitoredSession
 
 __all__ = [
     "AutoStageOptions",
@@ -42,11 +44,15 @@ __all__ = [
     "ConfigError",
     "ConfigProto",
     "GraphError",
+    "LiveRewrite",
+    "MonitoredTrainingSession",
     "NoStageError",
     "OptimizeResult",
     "PassError",
     "PrefetchHook",
     "PrefetchThreads",
+    "Session",
+    "SmartMonitoredSession",
     "SmartStageError",
     "SmartStageOptions",
     "StageRuntimeError",
@@ -54,6 +60,7 @@ __all__ = [
     "VerificationError",
     "compare_runs",
     "enable_smart_stage",
+    "live_rewrite_of",
     "load_graph",
     "make_prefetch_hook",
     "mark_target_node",
