@@ -346,7 +346,7 @@ class SmartMonitoredSession:
 
     def run_step_fn(self, step_fn):
         mapper = self._mapper
-        return self._session.run_step_fn(lambda context: step_fn(_MappedStepContext(context, mapper)))
+        return self._session.run_step_fn(lambda step_context: step_fn(_MappedStepContext(step_context, mapper)))
 
     def should_stop(self) -> bool:
         return self._session.should_stop()
