@@ -22,6 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from smartstage.diff import GraphDiff
+from smartstage.errors import GraphError
 from smartstage.graph import CONTROL_PORT, GraphView
 from smartstage.sides import FREE, MAIN, PREFETCH_PREFIX, STAGE_PREFIX, partial_topological_order
 
@@ -95,7 +96,11 @@ def build_drawing(diff: GraphDiff, max_boxes: int = DEFAULT_MAX_BOXES) -> Drawin
                          "graph_diff(before, after) to draw it")
     view = GraphView(diff.after_graph)
     sides = diff.sides_after
-    order = {n: i for i, n in enumerate(partial_topological_order(view))}
+    try:
+        topological = view.topological_order()
+    except GraphError:  # a cycle TensorFlow would reject too: draw what is not on it in order, the rest last
+        topological = partial_topological_order(view)
+    order = {n: i for i, n in enumerate(topological)}
     moved = {m.name for m in diff.moved}
     pinned = {p.name for p in diff.pinned}
     stage_names = [s.name for s in diff.stages if s.in_after]
@@ -201,11 +206,21 @@ class _Scope:
     children: dict = field(default_factory=dict)
     size: int = 0
     names: list = field(default_factory=list)  # every node at or under this scope, in graph order
+    rest: bool = False  # the children of `path` that did not fit, as one box
 
     def child(self, part: str) -> "_Scope":
         if part not in self.children:
             self.children[part] = _Scope(f"{self.path}/{part}" if self.path else part)
         return self.children[part]
+
+
+def _partial(scope: _Scope, children: list, room: int, priority, rest_of) -> list:
+    """The `room - 1` most important children (moved nodes first, then the largest), and one box for the rest."""
+    def key(item):
+        return priority(item) if isinstance(item, _Scope) else (0, -1, item)
+
+    kept = sorted(children, key=key)[:room - 1]
+    return kept + [rest_of(scope, kept)]
 
 
 @dataclass(frozen=True)
@@ -241,31 +256,45 @@ def _collapse(names: list[str], max_entries: int, moved: set[str] = frozenset())
             return scope.names[0]
         return scope
 
-    items: list[_Scope | str] = [as_item(s) if isinstance(s, _Scope) else s for s in opened(root)]
     def priority(scope: _Scope) -> tuple:
         return (-sum(n in moved for n in scope.names), -len(scope.names), scope.path)
 
-    heap = [priority(s) for s in items if isinstance(s, _Scope)]
-    by_path = {s.path: s for s in items if isinstance(s, _Scope)}
+    def rest_of(scope: _Scope, kept: list) -> _Scope:
+        """One box for the children of `scope` that did not fit: "<scope>/ (k more)"."""
+        kept_names = {n for k in kept for n in ([k] if isinstance(k, str) else k.names)}
+        rest = _Scope(scope.path, rest=True)
+        rest.names = [n for n in scope.names if n not in kept_names]
+        return rest
+
+    items: list[_Scope | str] = [as_item(s) if isinstance(s, _Scope) else s for s in opened(root)]
+    if len(items) > max_entries:  # even the top level does not fit: keep the largest, group the rest
+        items = _partial(root, items, max_entries, priority, rest_of)
+    heap = [priority(s) for s in items if isinstance(s, _Scope) and not s.rest]
+    by_path = {s.path: s for s in items if isinstance(s, _Scope) and not s.rest}
     heapq.heapify(heap)
     count = len(items)
     while heap:
         *_, path = heapq.heappop(heap)
         scope = by_path.pop(path)
         children = [as_item(s) if isinstance(s, _Scope) else s for s in opened(scope)]
-        if count - 1 + len(children) > max_entries:
-            by_path[path] = scope  # stays closed
-            continue
+        room = max_entries - count + 1
+        if len(children) > room:
+            if room < 3:
+                continue  # stays closed
+            children = _partial(scope, children, room, priority, rest_of)
         count += len(children) - 1
         items = [x for x in items if x is not scope] + children
         for c in children:
-            if isinstance(c, _Scope):
+            if isinstance(c, _Scope) and not c.rest:
                 by_path[c.path] = c
                 heapq.heappush(heap, priority(c))
     entries = []
     for item in items:
         if isinstance(item, str):
             entries.append(_Entry(item, "", [item], False))
+        elif item.rest:
+            label = (item.path + "/" if item.path else "") + "(other scopes)"
+            entries.append(_Entry(label, item.path + "/" if item.path else "", item.names, True))
         else:
             entries.append(_Entry(item.path + "/", item.path + "/", item.names, True))
     position = {n: i for i, n in enumerate(names)}
