@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from dataclasses import dataclass
 from typing import Iterable, Iterator, NamedTuple
 
 from tensorflow.core.framework import graph_pb2, node_def_pb2, op_def_pb2, types_pb2
@@ -49,12 +48,7 @@ def parse_tensor_name(name: str) -> TensorName:
     """
     if not name:
         raise GraphError("an empty tensor name; expected 'node', 'node:port' or '^node'")
-    if name[0] == "^":
-        return TensorName(name[1:], CONTROL_PORT)
-    node, sep, port = name.rpartition(":")
-    if sep and port.isdigit():
-        return TensorName(node, int(port))
-    return TensorName(name, 0)
+    return _parse(name)
 
 
 def tensor_name(node: str, port: int) -> str:
@@ -147,58 +141,125 @@ def dtype_name(dtype: int) -> str:
     return types_pb2.DataType.Name(dtype)[3:].lower() if dtype in types_pb2.DataType.values() else str(dtype)
 
 
-@dataclass
-class _Entry:
-    node: node_def_pb2.NodeDef
-    inputs: list[TensorName]
+_new = tuple.__new__  # builds NamedTuples without their Python-level constructor: graphs have 10^6 edges
+
+
+def _parse(s: str) -> TensorName:
+    if s[0] == "^":
+        return _new(TensorName, (s[1:], CONTROL_PORT))
+    if ":" in s:
+        node, _, port = s.rpartition(":")
+        if port.isdigit():
+            return _new(TensorName, (node, int(port)))
+    return _new(TensorName, (s, 0))
 
 
 class GraphView:
-    """Read-only index of a GraphDef: nodes by name, inputs parsed once, fanouts with ports.
+    """Read-only index of a GraphDef: nodes by name and position, inputs parsed once, fanouts with ports.
 
-    Raises GraphError for duplicate node names; missing inputs are reported by `check_inputs()`.
+    Raises GraphError for duplicate or empty node names; missing inputs are reported by `check_inputs()`.
+    `GraphView(new_graph_def, base=old_view, changed=names)` reuses the parsed inputs of every node
+    outside `changed`: a pass that edits a few nodes of a large graph re-parses only those.
     """
 
-    def __init__(self, graph_def: graph_pb2.GraphDef):
+    def __init__(self, graph_def: graph_pb2.GraphDef, base: "GraphView | None" = None,
+                 changed: Iterable[str] | None = None):
         self.graph_def = graph_def
-        self._entries: dict[str, _Entry] = {}
+        # Only names are read up front; NodeDefs are fetched by position when asked for: wrapping every
+        # NodeDef of a 10^6-node graph in a Python object costs more than the whole analysis.
+        if base is not None and len(base) == len(graph_def.node):
+            names = [node.name for node in graph_def.node]
+            stale = set(changed or ())
+            known = base._op_of
+            self._op_of = {n: known[n] if n in known and n not in stale else graph_def.node[i].op
+                           for i, n in enumerate(names)}
+        else:
+            names, ops = [], []
+            for node in graph_def.node:
+                names.append(node.name)
+                ops.append(node.op)
+            self._op_of = dict(zip(names, ops))
+        position = {name: i for i, name in enumerate(names)}
+        if len(position) != len(names) or "" in position:
+            self._raise_bad_names(graph_def)
+        self._names = names
+        self._position_of = position
+        self._node_cache: dict[str, node_def_pb2.NodeDef] = {}
+        self._inputs: dict[str, list[TensorName]] = {}
+        if base is not None:
+            stale = set(changed or ())
+            self._inputs = {k: v for k, v in base._inputs.items() if k not in stale and k in position}
+        self._fanouts: dict[str, list[Fanout]] | None = None
+        self._by_op: dict[str, list[str]] | None = None
+        self._order: list[str] | None = None
+        self._dangling: list[str] = []
+
+    @staticmethod
+    def _raise_bad_names(graph_def) -> None:
+        seen: dict[str, str] = {}
         for node in graph_def.node:
             if not node.name:
                 raise GraphError(f"a node of op type {node.op!r} has an empty name; every NodeDef needs a unique name")
-            if node.name in self._entries:
-                raise GraphError(
-                    f"duplicate node name {node.name!r} (op types {self._entries[node.name].node.op} and {node.op}); "
-                    "node names must be unique: rename one of them"
-                )
-            self._entries[node.name] = _Entry(node, [parse_tensor_name(s) for s in node.input])
-        self._fanouts: dict[str, list[Fanout]] | None = None
+            if node.name in seen:
+                raise GraphError(f"duplicate node name {node.name!r} (op types {seen[node.name]} and {node.op}); "
+                                 "node names must be unique: rename one of them")
+            seen[node.name] = node.op
 
     # -- nodes -------------------------------------------------------------------------------
     def __contains__(self, name: str) -> bool:
-        return name in self._entries
+        return name in self._position_of
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._names)
 
     def names(self) -> Iterator[str]:
-        return iter(self._entries)
+        return iter(self._names)
 
     def node(self, name: str) -> node_def_pb2.NodeDef:
+        node = self._node_cache.get(name)
+        if node is None:
+            try:
+                node = self._node_cache[name] = self.graph_def.node[self._position_of[name]]
+            except KeyError:
+                raise GraphError(f"the graph has no node named {name!r}") from None
+        return node
+
+    def op(self, name: str) -> str:
         try:
-            return self._entries[name].node
+            return self._op_of[name]
         except KeyError:
             raise GraphError(f"the graph has no node named {name!r}") from None
 
-    def op(self, name: str) -> str:
-        return self.node(name).op
+    def position(self, name: str) -> int:
+        """The node's index in the GraphDef: the tie-breaker that makes every order deterministic."""
+        return self._position_of[name]
+
+    def nodes_of_type(self, ops: Iterable[str]) -> list[str]:
+        """Names of the nodes whose op type is in `ops`, in graph order."""
+        if self._by_op is None:
+            by_op: dict[str, list[str]] = {}
+            for name, op in self._op_of.items():
+                by_op.setdefault(op, []).append(name)
+            self._by_op = by_op
+        found = [n for op in set(ops) for n in self._by_op.get(op, ())]
+        return sorted(found, key=self.position)
+
+    def parse_all(self) -> None:
+        """Parses the inputs of every node in one sweep over the GraphDef (cheaper than node by node)."""
+        cache = self._inputs
+        if len(cache) == len(self._names):
+            return
+        for name, node in zip(self._names, self.graph_def.node):
+            if name not in cache:
+                cache[name] = [_parse(s) for s in node.input]
 
     # -- edges -------------------------------------------------------------------------------
     def inputs(self, name: str) -> list[TensorName]:
         """All inputs of `name` in NodeDef order: data inputs, then control inputs."""
-        try:
-            return self._entries[name].inputs
-        except KeyError:
-            raise GraphError(f"the graph has no node named {name!r}") from None
+        parsed = self._inputs.get(name)
+        if parsed is None:
+            parsed = self._inputs[name] = [_parse(s) for s in self.node(name).input]
+        return parsed
 
     def data_inputs(self, name: str) -> list[TensorName]:
         return [t for t in self.inputs(name) if t.port != CONTROL_PORT]
@@ -212,14 +273,20 @@ class GraphView:
     def fanouts(self, name: str) -> list[Fanout]:
         """Every use of `name`'s outputs and of `name` as a control input, in graph order."""
         if self._fanouts is None:
-            fanouts: dict[str, list[Fanout]] = {n: [] for n in self._entries}
-            for consumer, entry in self._entries.items():
-                for index, (src, port) in enumerate(entry.inputs):
-                    bucket = fanouts.get(src)
-                    if bucket is not None:
-                        bucket.append(Fanout(consumer, index, port))
-            self._fanouts = fanouts
-        return self._fanouts.get(name, [])
+            self._build_fanouts()
+        return self._fanouts.get(name, ())
+
+    def _build_fanouts(self) -> None:
+        fanouts: dict[str, list[Fanout]] = {}
+        self.parse_all()
+        for consumer, parsed in self._inputs.items():
+            for index, (src, port) in enumerate(parsed):
+                bucket = fanouts.get(src)
+                if bucket is None:
+                    fanouts[src] = [_new(Fanout, (consumer, index, port))]
+                else:
+                    bucket.append(_new(Fanout, (consumer, index, port)))
+        self._fanouts = fanouts
 
     def consumers(self, name: str) -> list[str]:
         """Distinct consumers of `name` (data or control), in graph order."""
@@ -229,15 +296,16 @@ class GraphView:
         return list(seen)
 
     # -- checks and orders -------------------------------------------------------------------
-    def missing_inputs(self) -> list[tuple[str, str]]:
-        """(node, input) pairs whose input names no node of the graph."""
-        entries = self._entries
-        return [
-            (name, str(t)) for name, e in entries.items() for t in e.inputs if t.node not in entries
-        ]
+    def missing_inputs(self, names: Iterable[str] | None = None) -> list[tuple[str, str]]:
+        """(node, input) pairs whose input names no node of the graph (among `names`, or all nodes)."""
+        nodes = self._position_of
+        if names is None:
+            self.order()  # its sweep notes inputs that name no node
+            names = self._dangling
+        return [(name, str(t)) for name in names for t in self.inputs(name) if t.node not in nodes]
 
-    def check_inputs(self) -> None:
-        missing = self.missing_inputs()
+    def check_inputs(self, names: Iterable[str] | None = None) -> None:
+        missing = self.missing_inputs(names)
         if missing:
             node, inp = missing[0]
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
@@ -246,48 +314,92 @@ class GraphView:
                 "export the whole graph, or remove the dangling input"
             )
 
-    def topological_order(self) -> list[str]:
-        """Nodes ordered so that every node comes after all its inputs; GraphError names a cycle."""
-        entries = self._entries
-        indegree = {name: 0 for name in entries}
-        for name, e in entries.items():
-            indegree[name] = len({t.node for t in e.inputs if t.node in entries and not self._is_back_edge(t.node, name)})
-        ready = deque(name for name, d in indegree.items() if d == 0)
+    def check_acyclic(self, roots: Iterable[str] | None = None) -> None:
+        """GraphError naming a cycle, if one is reachable backwards from `roots` (default: all nodes).
+
+        Only the NextIteration -> Merge back edges of v1 while loops may close a loop.
+        """
+        done: set[str] = set()
+        nodes = self._position_of
+        for root in (self._names if roots is None else roots):
+            if root in done:
+                continue
+            path = [root]
+            on_path = {root}
+            iters = [iter(self.inputs(root))]
+            while iters:
+                name = path[-1]
+                for t in iters[-1]:
+                    src = t.node
+                    if src in done or src not in nodes or self._is_back_edge(src, name):
+                        continue
+                    if src in on_path:
+                        cycle = path[path.index(src):] + [src]
+                        raise GraphError(f"the graph has a cycle: {' -> '.join(reversed(cycle))}; a GraphDef must "
+                                         "be acyclic (only the NextIteration -> Merge back edges of tf.while_loop "
+                                         "may close a loop)")
+                    path.append(src)
+                    on_path.add(src)
+                    iters.append(iter(self.inputs(src)))
+                    break
+                else:
+                    done.add(name)
+                    on_path.discard(name)
+                    path.pop()
+                    iters.pop()
+
+    def order(self) -> list[str]:
+        """Every node in a topological order: the GraphDef's own order when it already is one (TensorFlow
+        writes graphs that way, and so does SmartStage), else Kahn's order with ties in graph order.
+        GraphError names a cycle. Inputs that name no node are ignored here (see check_inputs)."""
+        if self._order is None:
+            self.parse_all()
+            nodes, inputs, seen = self._position_of, self._inputs, set()
+            in_order = True
+            dangling = []
+            for name in self._names:
+                for src, _ in inputs[name]:
+                    if src not in seen:
+                        if src not in nodes:
+                            dangling.append(name)
+                        elif not self._is_back_edge(src, name):
+                            in_order = False
+                seen.add(name)
+            self._dangling = list(dict.fromkeys(dangling))
+            self._order = list(self._names) if in_order else self.topological_order()
+        return self._order
+
+    def topological_order(self, names: Iterable[str] | None = None) -> list[str]:
+        """`names` (default: all nodes) ordered so that each comes after its inputs among them; ties in
+        graph order. GraphError names a cycle."""
+        chosen = list(self._names) if names is None else sorted(set(names), key=self.position)
+        members = set(chosen)
+        indegree: dict[str, int] = {}
+        for name in chosen:
+            indegree[name] = len({t.node for t in self.inputs(name)
+                                  if t.node in members and not self._is_back_edge(t.node, name)})
+        ready = deque(name for name in chosen if indegree[name] == 0)
         order: list[str] = []
         while ready:
             name = ready.popleft()
             order.append(name)
             seen: set[str] = set()
             for f in self.fanouts(name):
-                if f.consumer in seen or self._is_back_edge(name, f.consumer):
+                c = f.consumer
+                if c not in members or c in seen or self._is_back_edge(name, c):
                     continue
-                seen.add(f.consumer)
-                indegree[f.consumer] -= 1
-                if indegree[f.consumer] == 0:
-                    ready.append(f.consumer)
-        if len(order) != len(entries):
-            raise GraphError(f"the graph has a cycle: {' -> '.join(self._find_cycle(indegree))}; "
-                             "a GraphDef must be acyclic (only the NextIteration -> Merge back edges of "
-                             "tf.while_loop may close a loop)")
+                seen.add(c)
+                indegree[c] -= 1
+                if indegree[c] == 0:
+                    ready.append(c)
+        if len(order) != len(chosen):
+            self.check_acyclic([n for n in chosen if indegree[n] > 0])
+            raise GraphError("the graph has a cycle")  # check_acyclic names it; this is a safety net
         return order
 
     def _is_back_edge(self, src: str, dst: str) -> bool:
         """A v1 while loop's NextIteration -> Merge edge: the one cycle TensorFlow allows."""
-        return self._entries[src].node.op in _NEXT_ITERATION_OPS and self._entries[dst].node.op in _MERGE_OPS
-
-    def _find_cycle(self, indegree: dict[str, int]) -> list[str]:
-        # Walk backwards through unresolved nodes until one repeats: that walk closes a cycle.
-        start = next(n for n, d in indegree.items() if d > 0)
-        path: list[str] = []
-        index: dict[str, int] = {}
-        node = start
-        while node not in index:
-            index[node] = len(path)
-            path.append(node)
-            node = next(t.node for t in self.inputs(node)
-                        if indegree.get(t.node, 0) > 0 and not self._is_back_edge(t.node, node))
-        cycle = path[index[node]:] + [node]
-        return list(reversed(cycle))
+        return self._op_of[src] in _NEXT_ITERATION_OPS and self._op_of[dst] in _MERGE_OPS
 
     def ancestors(self, roots: Iterable[str], stop: set[str] | None = None) -> set[str]:
         """Every node some root depends on (data or control), roots included; `stop` nodes are not entered."""
@@ -300,7 +412,7 @@ class GraphView:
                 continue
             seen.add(name)
             for t in self.inputs(name):
-                if t.node not in seen and t.node not in stop and t.node in self._entries:
+                if t.node not in seen and t.node not in stop and t.node in self._position_of:
                     todo.append(t.node)
         return seen
 

@@ -107,8 +107,7 @@ def optimize(graph, config=None, *, targets=None, feeds=None, **overrides) -> Op
     start = time.perf_counter()
     options = options_from_config(config, **overrides)
     loaded = load_graph(graph)
-    original = graph_pb2.GraphDef()
-    original.CopyFrom(loaded.graph_def)
+    original = loaded.graph_def  # a private copy: passes build new graphs and never edit their input
     target_names = _node_names(targets, "targets") | collection_targets(loaded.meta_graph_def)
     feed_names = _node_names(feeds, "feeds")
     if not options.enabled:
@@ -122,13 +121,17 @@ def optimize(graph, config=None, *, targets=None, feeds=None, **overrides) -> Op
         )
     ctx = PassContext(options=options, targets=target_names, feeds=feed_names,
                       stage_defs=stage_defs_of(loaded.meta_graph_def))
-    ctx.view_of(loaded.graph_def).check_inputs()
+    view = ctx.view_of(loaded.graph_def)
+    view.check_inputs()
+    view.order()  # GraphError naming a cycle
     graph_def, reports = build_pipeline(options).run(loaded.graph_def, ctx)
 
     meta = None
     if loaded.meta_graph_def is not None:
-        meta = loaded.meta_graph_def
-        meta.graph_def.CopyFrom(graph_def)
+        meta = meta_graph_pb2.MetaGraphDef()
+        meta.CopyFrom(loaded.meta_graph_def)
+        if graph_def is not loaded.graph_def:
+            meta.graph_def.CopyFrom(graph_def)
         graph_def = meta.graph_def
         store_stage_defs(meta, [s.stage_def for s in ctx.stages if s.stage_def is not None])
     return OptimizeResult(

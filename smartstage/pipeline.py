@@ -53,10 +53,16 @@ class PassContext:
 
 @dataclass(frozen=True)
 class PassResult:
+    """What a pass did. A pass that edits a few nodes of a large graph names them in `edited` (with
+    `base_view`, the view of its input graph): verification then re-checks only what they can break.
+    Without `edited`, the whole graph is verified."""
+
     graph_def: graph_pb2.GraphDef
     changed: bool
     summary: tuple[str, ...] = ()
     details: Any = None
+    edited: frozenset | None = None
+    base_view: Any = None
 
 
 @dataclass(frozen=True)
@@ -93,7 +99,7 @@ class Pipeline:
             try:
                 result = p.run(graph_def, ctx)
                 if self.verify and result.changed:
-                    view = verify_graph(result.graph_def, ctx.stages)
+                    view = verify_graph(result.graph_def, ctx.stages, base=result.base_view, edited=result.edited)
                     ctx._views[id(result.graph_def)] = view
             except PassError:
                 raise

@@ -63,14 +63,14 @@ def _type_list(dtypes: list[int]) -> attr_value_pb2.AttrValue:
 
 def rebuild_boundary(
     graph_def: graph_pb2.GraphDef,
-    index: dict[str, int],
     view: GraphView,
     partition: StagePartition,
     shape_of: ShapeLookup,
-) -> list[int]:
-    """Applies `partition` to `graph_def` (a copy of view.graph_def, with `index` name -> position).
+) -> tuple[list[int], set[str]]:
+    """Applies `partition` to `graph_def` (a copy of view.graph_def, nodes in the same positions).
 
-    Returns the boundary dtypes. The view describes the graph before any edit.
+    Returns the boundary dtypes and the names of the nodes it edited. The view describes the graph
+    before any edit.
     """
     stage = partition.stage
     take = stage.take
@@ -81,11 +81,14 @@ def rebuild_boundary(
     slot = {name: j for j, name in enumerate(partition.boundary_after)}
     producers = list(dict.fromkeys([t.node for t in put_inputs] + view.control_inputs(stage.put)))
 
-    def node(name: str):
-        return graph_def.node[index[name]]
+    edited: set[str] = set()
 
-    # 1. Moved nodes read what the put used to carry.
-    for name in partition.moved:
+    def node(name: str):
+        edited.add(name)
+        return graph_def.node[view.position(name)]
+
+    # 1. Moved nodes read what the put used to carry (only those that read the take change).
+    for name in partition.take_readers:
         n = node(name)
         data, control = [], []
         for s in n.input:
@@ -100,12 +103,7 @@ def rebuild_boundary(
         _set_inputs(n, data, control)
 
     # 2. Main-side consumers read the new take outputs; control edges from moved nodes wait on the take.
-    consumers: dict[str, None] = {}
-    for name in (take, *partition.moved):
-        for f in view.fanouts(name):
-            if f.consumer not in moved and f.consumer not in own:
-                consumers.setdefault(f.consumer, None)
-    for name in consumers:
+    for name in partition.main_readers:
         n = node(name)
         data, control = [], []
         for s in n.input:
@@ -147,14 +145,10 @@ def rebuild_boundary(
         unknown = tensor_shape_pb2.TensorShapeProto(unknown_rank=True)
         take_node.attr["_output_shapes"].CopyFrom(attr_value_pb2.AttrValue(
             list=attr_value_pb2.AttrValue.ListValue(shape=[s if s is not None else unknown for s in shapes])))
-    return dtypes
+    return dtypes, edited
 
 
 def describe_dtypes(dtypes: list[int]) -> str:
     return ", ".join(dtype_name(d) for d in dtypes)
-
-
-def node_index(graph_def: graph_pb2.GraphDef) -> dict[str, int]:
-    return {n.name: i for i, n in enumerate(graph_def.node)}
 
 

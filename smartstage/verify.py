@@ -12,19 +12,28 @@ from __future__ import annotations
 from tensorflow.core.framework import graph_pb2
 
 from smartstage.errors import GraphError, VerificationError
-from smartstage.graph import CONTROL_PORT, GraphView, dtype_name
+from smartstage.graph import GraphView, dtype_name
 from smartstage.passes.find_stages import FIFO, StageBoundary
 
 
-def verify_graph(graph_def: graph_pb2.GraphDef, stages: list[StageBoundary] = ()) -> GraphView:
+def verify_graph(graph_def: graph_pb2.GraphDef, stages: list[StageBoundary] = (), *,
+                 base: GraphView | None = None, edited=None) -> GraphView:
+    """Checks the invariants and returns the view of `graph_def`.
+
+    With `base` (the view of the graph before a pass) and `edited` (the nodes the pass changed, same
+    node set otherwise), only what the edits can break is checked: their inputs resolve, and no cycle
+    runs through them (any new cycle must contain an edited node).
+    """
     try:
-        view = GraphView(graph_def)
-        view.check_inputs()
-        view.topological_order()
+        incremental = base is not None and edited is not None and len(graph_def.node) == len(base)
+        view = GraphView(graph_def, base=base, changed=edited) if incremental else GraphView(graph_def)
+        view.check_inputs(edited if incremental else None)
+        view.order()  # in graph order when sorted; Kahn (naming any cycle) when not
     except GraphError as e:
         raise VerificationError(str(e)) from None
+    readers = list(edited) if incremental else list(view.names())
     for stage in stages:
-        _verify_stage(view, stage)
+        _verify_stage(view, stage, readers)
     return view
 
 
@@ -36,7 +45,7 @@ def _types(view: GraphView, name: str, keys: tuple[str, ...]) -> list[int] | Non
     return None
 
 
-def _verify_stage(view: GraphView, stage: StageBoundary) -> None:
+def _verify_stage(view: GraphView, stage: StageBoundary, readers: list[str]) -> None:
     for name in (stage.put, stage.take):
         if name not in view:
             raise VerificationError(f"stage {stage.name!r}: node {name!r} is missing after the rewrite")
@@ -62,10 +71,11 @@ def _verify_stage(view: GraphView, stage: StageBoundary) -> None:
                 raise VerificationError(f"stage {stage.name!r}: put input {t} is {dtype_name(actual)}, "
                                         f"but the buffer expects {dtype_name(expected)}")
     if take_types is not None:
-        for f in view.fanouts(stage.take):
-            if f.port != CONTROL_PORT and f.port >= len(take_types):
-                raise VerificationError(f"node {f.consumer!r} reads {stage.take}:{f.port}, but the take has only "
-                                        f"{len(take_types)} outputs")
+        for name in readers:
+            for src, port in view.inputs(name):
+                if src == stage.take and port >= len(take_types):
+                    raise VerificationError(f"node {name!r} reads {stage.take}:{port}, but the take has only "
+                                            f"{len(take_types)} outputs")
 
 
 def _names(types: list[int]) -> str:

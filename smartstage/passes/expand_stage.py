@@ -13,7 +13,7 @@ from tensorflow.core.framework import graph_pb2
 
 from smartstage.graph import parse_tensor_name
 from smartstage.pipeline import PassContext, PassResult
-from smartstage.rewrite import describe_dtypes, node_index, rebuild_boundary
+from smartstage.rewrite import describe_dtypes, rebuild_boundary
 
 
 class ExpandStage:
@@ -27,11 +27,12 @@ class ExpandStage:
             return PassResult(graph_def, changed=False, summary=tuple(summary))
         new = graph_pb2.GraphDef()
         new.CopyFrom(graph_def)
-        index = node_index(new)
         shape_of = ctx.extra.get("shape_of") or _shapes_from(view)
         boundary_types = {}
+        edited: set[str] = set()
         for p in todo:
-            dtypes = rebuild_boundary(new, index, view, p, lambda t, p=p: shape_of(p, t))
+            dtypes, touched = rebuild_boundary(new, view, p, shape_of(p))
+            edited |= touched
             boundary_types[p.stage.name] = dtypes
             summary.append(f"{p.stage.name}: moved {len(p.moved)} node(s) to the prefetch side; the buffer now "
                            f"carries {len(p.boundary_after)} tensor(s) (was {len(p.boundary_before)}): "
@@ -42,22 +43,45 @@ class ExpandStage:
             if p.stage.stage_def is not None:
                 del p.stage.stage_def.boundary_tensors[:]
                 p.stage.stage_def.boundary_tensors.extend(p.boundary_after)
+        _keep_topological(new, view, [p.stage.put for p in todo])
         ctx.extra["boundary_types"] = boundary_types
-        return PassResult(new, changed=True, summary=tuple(summary), details=boundary_types)
+        return PassResult(new, changed=True, summary=tuple(summary), details=boundary_types,
+                          edited=frozenset(edited), base_view=view)
 
 
 def _shapes_from(view):
     """Shapes of boundary tensors: a take output keeps the old buffer's shape; others use _output_shapes."""
 
-    def shape_of(partition, name):
-        t = parse_tensor_name(name)
+    def for_partition(partition):
         stage = partition.stage
-        puts = stage.put_data_inputs(view)
+        old = {}
         if stage.buffer and "shapes" in view.node(stage.buffer).attr:
-            old = view.node(stage.buffer).attr["shapes"].list.shape
-            for i, src in enumerate(puts):
-                if src == t and i < len(old):
-                    return old[i]
-        return view.output_shape(t)
+            shapes = view.node(stage.buffer).attr["shapes"].list.shape
+            for i, src in enumerate(stage.put_data_inputs(view)):
+                if i < len(shapes):
+                    old.setdefault(str(src), shapes[i])
 
-    return shape_of
+        def shape_of(name):
+            return old[name] if name in old else view.output_shape(parse_tensor_name(name))
+
+        return shape_of
+
+    return for_partition
+
+
+def _keep_topological(graph_def: graph_pb2.GraphDef, view, puts: list[str]) -> None:
+    """A put now reads nodes that came after it: move it to the end, so the GraphDef stays in topological
+    order (verification and the next run then need no sort, and TensorFlow imports it as is)."""
+    late = []
+    for put in puts:
+        index = view.position(put)
+        node = graph_def.node[index]
+        if any(view.position(parse_tensor_name(s).node) > index for s in node.input):
+            late.append(index)
+    copies = []
+    for index in sorted(late, reverse=True):
+        copy = type(graph_def.node[index])()
+        copy.CopyFrom(graph_def.node[index])
+        copies.append(copy)
+        del graph_def.node[index]
+    graph_def.node.extend(reversed(copies))

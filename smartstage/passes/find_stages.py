@@ -34,6 +34,12 @@ ENQUEUE_OPS = {"QueueEnqueueV2", "QueueEnqueue"}
 DEQUEUE_OPS = {"QueueDequeueV2", "QueueDequeue"}
 STAGING_OPS = {"Stage", "Unstage", "StageSize", "StagePeek", "StageClear"}
 TENSOR_BUFFER_OPS = {"TensorBufferPut", "TensorBufferTake", "TensorBufferCancel", "TensorBufferClose", "TensorBufferSize"}
+# Every op that takes a queue handle as its first input.
+QUEUE_USER_OPS = ENQUEUE_OPS | DEQUEUE_OPS | {
+    "QueueEnqueueManyV2", "QueueEnqueueMany", "QueueDequeueManyV2", "QueueDequeueMany", "QueueDequeueUpToV2",
+    "QueueDequeueUpTo", "QueueCloseV2", "QueueClose", "QueueSizeV2", "QueueSize", "QueueIsClosedV2",
+    "QueueIsClosed", "ReaderReadV2", "ReaderRead", "ReaderReadUpToV2", "ReaderReadUpTo",
+}
 PUT_OPS = ENQUEUE_OPS | {"Stage", "TensorBufferPut"}
 TAKE_OPS = DEQUEUE_OPS | {"Unstage", "TensorBufferTake"}
 
@@ -99,7 +105,7 @@ def _from_stage_def(view: GraphView, sd: StageDef) -> StageBoundary:
 def _same_buffer_ops(view: GraphView, put: str) -> list[str]:
     key = _shared_name(view.node(put))
     family = STAGING_OPS if view.op(put) == "Stage" else TENSOR_BUFFER_OPS
-    return [n for n in view.names() if view.op(n) in family and _shared_name(view.node(n)) == key]
+    return [n for n in view.nodes_of_type(family) if _shared_name(view.node(n)) == key]
 
 
 def find_stages(view: GraphView, stage_defs: list[StageDef] = ()) -> tuple[list[StageBoundary], list[str]]:
@@ -109,17 +115,15 @@ def find_stages(view: GraphView, stage_defs: list[StageDef] = ()) -> tuple[list[
     claimed = {n for s in stages for n in s.ops}
     notes: list[str] = []
 
-    queue_uses: dict[str, list[str]] = defaultdict(list)
+    queue_uses: dict[str, list[str]] = {q: [] for q in view.nodes_of_type(QUEUE_OPS)}
+    for user in view.nodes_of_type(QUEUE_USER_OPS):
+        handle = view.inputs(user)[:1]
+        if handle and handle[0].node in queue_uses:
+            queue_uses[handle[0].node].append(user)
     buffers: dict[tuple[str, bytes, bytes], list[str]] = defaultdict(list)
-    for name in view.names():
-        node = view.node(name)
-        if node.op in STAGING_OPS or node.op in TENSOR_BUFFER_OPS:
-            family = "stage" if node.op in STAGING_OPS else "buffer"
-            buffers[(family,) + _shared_name(node)].append(name)
-        elif node.op not in QUEUE_OPS:
-            for t in view.inputs(name):
-                if t.port != CONTROL_PORT and t.node in view and view.op(t.node) in QUEUE_OPS:
-                    queue_uses[t.node].append(name)
+    for name in view.nodes_of_type(STAGING_OPS | TENSOR_BUFFER_OPS):
+        family = "stage" if view.op(name) in STAGING_OPS else "buffer"
+        buffers[(family,) + _shared_name(view.node(name))].append(name)
 
     for queue in sorted(queue_uses, key=pos):
         if queue in claimed:
@@ -161,8 +165,7 @@ def find_stages(view: GraphView, stage_defs: list[StageDef] = ()) -> tuple[list[
 
 
 def _position(view: GraphView):
-    order = {name: i for i, name in enumerate(view.names())}
-    return lambda name: order.get(name, len(order))
+    return view.position
 
 
 class FindStages:

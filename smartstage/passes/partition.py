@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from smartstage.graph import CONTROL_PORT, GraphView, TensorName, is_stateful_op
+from smartstage.graph import CONTROL_PORT, GraphView, is_stateful_op
 from smartstage.passes.find_stages import StageBoundary
 from smartstage.passes.pins import RANDOM_OPS, Pin, PinRules
 
@@ -37,10 +37,26 @@ class StagePartition:
     control_reroutes: tuple[tuple[str, str], ...] = ()
     # Why the stage stays as it was ("" when the partition is to be applied).
     skipped: str = ""
+    # For the rewrite: moved nodes that read the take, and main-side nodes that read the take or a moved node.
+    take_readers: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    main_readers: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def changes_graph(self) -> bool:
         return bool(self.moved) and not self.skipped
+
+
+class _StageState:
+    """What one pass over the graph learns about one stage."""
+
+    def __init__(self, stage: StageBoundary, view: GraphView):
+        self.stage = stage
+        self.take = stage.take
+        self.own = set(stage.ops)
+        self.put_inputs = stage.put_data_inputs(view)
+        self.verdict: dict[str, Pin | None] = {}  # candidates in topological order: None = moves
+        self.pulled: set[str] = set()
+        self.reads_take: set[str] = set()
 
 
 def partition_stages(
@@ -48,126 +64,141 @@ def partition_stages(
     stages: list[StageBoundary],
     targets: set[str],
     feeds: set[str],
-    order: list[str],
 ) -> list[StagePartition]:
-    """One StagePartition per stage, computed on the same (unmodified) graph."""
+    """One StagePartition per stage, computed on the same (unmodified) graph in one topological pass.
+
+    A node is a candidate of a stage when it reads that stage's take or one of its candidates; it is
+    decided when visited, after all its inputs.
+    """
     stage_ops = {n for s in stages for n in s.ops}
     rules = PinRules(view, targets, feeds, stage_ops)
-    rules.compute_free(order)
-    position = {name: i for i, name in enumerate(order)}
+    states = [_StageState(s, view) for s in stages]
+    # candidate (or take) -> its stage state; a tuple when a node is downstream of several stages
+    member: dict[str, _StageState | tuple] = {st.take: st for st in states}
     claimed: set[str] = set()  # sources pulled behind one stage are unavailable to the others
-    return [_partition_one(view, stage, rules, position, claimed) for stage in stages]
-
-
-def _downstream(view: GraphView, stage: StageBoundary) -> set[str]:
-    own = set(stage.ops)
-    seen: set[str] = set()
-    todo = [f.consumer for f in view.fanouts(stage.take)]
-    while todo:
-        name = todo.pop()
-        if name in seen or name in own:
+    consumed: set[str] = set()
+    order = view.order()  # parses every node's inputs
+    inputs = view.inputs
+    for name in order:
+        parsed = inputs(name)
+        owners = None
+        for src, _ in parsed:
+            st = member.get(src)
+            if st is not None:
+                consumed.add(src)  # every reader of a member is a member: only members need counting
+                if owners is None:
+                    owners = st
+                elif owners is not st:
+                    owners = tuple(dict.fromkeys((owners if isinstance(owners, tuple) else (owners,))
+                                                 + (st if isinstance(st, tuple) else (st,))))
+        if owners is None:
             continue
-        seen.add(name)
-        todo.extend(f.consumer for f in view.fanouts(name) if f.consumer not in seen)
-    return seen
+        member[name] = owners
+        for st in (owners if isinstance(owners, tuple) else (owners,)):
+            if name not in st.own:
+                st.verdict[name] = _decide(view, rules, st, name, parsed, claimed)
+    return [_finish(view, st, consumed) for st in states]
 
 
-def _pulled_sources(view: GraphView, rules: PinRules, downstream: set[str], claimed: set[str]) -> set[str]:
-    """Random ops computed from free inputs only (dropout's noise of a static shape), and the stateless ops
-    between them and this stage's downstream: they may move with their consumers, so that they run on the
-    prefetch side only. Nodes that are free need no pulling; anything else pinned stays."""
-    verdict: dict[str, bool] = {}
+def _decide(view: GraphView, rules: PinRules, st: _StageState, name: str, parsed, claimed: set[str]) -> Pin | None:
+    verdict = st.verdict
+    pin = None
+    for src, _ in parsed:
+        if src == st.take:
+            st.reads_take.add(name)
+            continue
+        if pin is not None:
+            continue
+        if src in verdict:
+            if verdict[src] is not None:
+                pin = verdict[src].inherited(src)
+            continue
+        if rules.is_free(src) or (src not in claimed and _pull(view, rules, st, src, claimed)):
+            continue
+        pin = rules.taint(src).inherited(src)
+    return pin if pin is not None else rules.source(name)
 
-    def settle(root: str) -> bool:
-        stack = [root]
-        while stack:
-            name = stack[-1]
-            if name in verdict:
-                stack.pop()
-                continue
-            op = view.op(name)
-            if (name in downstream or name in claimed or rules.source(name) is not None
-                    or (is_stateful_op(op) is not False and op not in RANDOM_OPS)):
-                verdict[name] = False
-                stack.pop()
-                continue
-            pending = [t.node for t in view.inputs(name) if t.node not in rules.free and t.node not in verdict]
-            if pending:
-                stack.append(pending[0])
-                continue
-            verdict[name] = all(t.node in rules.free or verdict[t.node] for t in view.inputs(name))
+
+def _pull(view: GraphView, rules: PinRules, st: _StageState, root: str, claimed: set[str]) -> bool:
+    """Pulls `root` behind the stage when it is a random op computed from free inputs only (dropout's
+    noise of a static shape), or stateless over such ops: it then moves with its consumers and runs on
+    the prefetch side only. Pulled nodes join the stage's verdicts as moved, before their consumer."""
+    decided: dict[str, bool] = {}
+    stack = [root]
+    while stack:
+        name = stack[-1]
+        if name in decided:
             stack.pop()
-        return verdict[root]
+            continue
+        if name in st.verdict:  # already decided for this stage: usable when it moves
+            decided[name] = st.verdict[name] is None
+            stack.pop()
+            continue
+        op = view.op(name)
+        if (name in claimed or rules.source(name) is not None
+                or (is_stateful_op(op) is not False and op not in RANDOM_OPS)):
+            decided[name] = False
+            stack.pop()
+            continue
+        pending = [t.node for t in view.inputs(name) if t.node not in decided and not rules.is_free(t.node)]
+        if pending:
+            stack.append(pending[0])
+            continue
+        decided[name] = all(rules.is_free(t.node) or decided[t.node] for t in view.inputs(name))
+        stack.pop()
+    if not decided[root]:
+        return False
+    for name in view.topological_order(n for n, ok in decided.items() if ok and n not in st.verdict):
+        st.verdict[name] = None
+        st.pulled.add(name)
+        claimed.add(name)
+    return True
 
-    pulled: set[str] = set()
-    for name in downstream:
-        for t in view.inputs(name):
-            if t.node not in downstream and t.node not in rules.free and settle(t.node):
-                pulled.add(t.node)
-    # and everything those depend on that is not free
-    todo = list(pulled)
-    while todo:
-        for t in view.inputs(todo.pop()):
-            if t.node not in rules.free and t.node not in pulled:
-                pulled.add(t.node)
-                todo.append(t.node)
-    return pulled
 
-
-def _partition_one(view: GraphView, stage: StageBoundary, rules: PinRules, position: dict[str, int],
-                   claimed: set[str]) -> StagePartition:
-    put_inputs = stage.put_data_inputs(view)
-    before = tuple(dict.fromkeys(str(t) for t in put_inputs))
-    downstream = _downstream(view, stage)
-    pulled = _pulled_sources(view, rules, downstream, claimed)
-    candidates = sorted(downstream | pulled, key=position.__getitem__)
-
-    moved: dict[str, None] = {}
-    pinned: dict[str, Pin] = {}
-    for name in candidates:
-        pin = None
-        for t in view.inputs(name):
-            src = t.node
-            if src == stage.take or src in moved or src in rules.free:
-                continue
-            pin = pinned[src].inherited(src) if src in pinned else rules.taint(src).inherited(src)
-            break
-        if pin is None:
-            pin = rules.source(name)
-        if pin is None:
-            moved[name] = None
-        else:
-            pinned[name] = pin
-
-    claimed.update(n for n in pulled if n in moved)
+def _finish(view: GraphView, st: _StageState, consumed: set[str]) -> StagePartition:
+    stage, take, verdict = st.stage, st.take, st.verdict
+    before = tuple(dict.fromkeys(str(t) for t in st.put_inputs))
+    moved = {n: None for n, pin in verdict.items() if pin is None}
+    pinned = {n: pin for n, pin in verdict.items() if pin is not None}
     # Nodes nothing consumes exist only to be fetched: they stay, and their inputs cross instead.
-    for name in list(moved):
-        if not view.fanouts(name):
-            del moved[name]
-            pinned[name] = Pin("fetched_directly", name,
-                               f"nothing consumes {name!r}: it is fetched directly, and on the prefetch side it "
-                               "would be computed from another batch than the one trained on")
+    for name in [n for n in moved if n not in consumed and n not in st.pulled]:  # pulled: read by a candidate
+        del moved[name]
+        pinned[name] = Pin("fetched_directly", name,
+                           f"nothing consumes {name!r}: it is fetched directly, and on the prefetch side it "
+                           "would be computed from another batch than the one trained on")
 
-    def prefetch_name(t: TensorName) -> str:
-        return str(put_inputs[t.port]) if t.node == stage.take else str(t)
-
-    crossing: dict[str, int] = {}
+    crossing: dict[str, tuple[int, int]] = {}
     reroutes: dict[tuple[str, str], None] = {}
-    own = set(stage.ops)
-    for name in [stage.take] + list(moved):
-        for f in view.fanouts(name):
-            if f.consumer in moved or f.consumer in own:
-                continue
-            if f.port == CONTROL_PORT:
-                if name != stage.take:
-                    reroutes[(name, f.consumer)] = None
-                continue
-            key = prefetch_name(TensorName(name, f.port))
-            crossing.setdefault(key, position[name] if name != stage.take else -1)
-
+    take_readers: dict[str, None] = {}
+    main_readers: dict[str, None] = {}
     old_rank = {t: i for i, t in enumerate(before)}
-    after = tuple(sorted(crossing, key=lambda t: (0, old_rank[t], 0) if t in old_rank
-                         else (1, crossing[t], int(t.rsplit(":", 1)[1]))))
+    for name in moved:
+        if name in st.reads_take:
+            take_readers[name] = None
+    for name in pinned:
+        for src, port in view.inputs(name):
+            if src != take and src not in moved:
+                continue
+            main_readers[name] = None
+            if port == CONTROL_PORT:
+                if src != take:
+                    reroutes[(src, name)] = None
+                continue
+            key = str(st.put_inputs[port]) if src == take else f"{src}:{port}"
+            if key not in crossing:
+                crossing[key] = (0, old_rank[key]) if key in old_rank else (1, view.position(src), port)
+    # Pulled sources may have readers outside this stage's downstream (visited before the pull): they read
+    # the pulled tensor through the take, so it still runs on the prefetch side only.
+    for src in st.pulled:
+        for consumer, _, port in view.fanouts(src):
+            if consumer in verdict or consumer in st.own:
+                continue
+            main_readers[consumer] = None
+            if port == CONTROL_PORT:
+                reroutes[(src, consumer)] = None
+            else:
+                crossing.setdefault(f"{src}:{port}", (1, view.position(src), port))
+    after = tuple(sorted(crossing, key=crossing.__getitem__))
 
     skipped = ""
     if not moved:
@@ -179,7 +210,8 @@ def _partition_one(view: GraphView, stage: StageBoundary, rules: PinRules, posit
         skipped = ("the new cut would carry no tensor (the main side uses this stage only through control edges); "
                    "the stage stays as it was")
     return StagePartition(stage=stage, moved=tuple(moved), pinned=pinned, boundary_before=before,
-                          boundary_after=after, control_reroutes=tuple(reroutes), skipped=skipped)
+                          boundary_after=after, control_reroutes=tuple(reroutes), skipped=skipped,
+                          take_readers=tuple(take_readers), main_readers=tuple(main_readers))
 
 
 class Partition:
@@ -191,9 +223,8 @@ class Partition:
         from smartstage.pipeline import PassResult
 
         view = ctx.view_of(graph_def)
-        order = view.topological_order()
         _check_targets(view, ctx.targets | ctx.feeds)
-        ctx.partitions = partition_stages(view, ctx.stages, ctx.targets, ctx.feeds, order)
+        ctx.partitions = partition_stages(view, ctx.stages, ctx.targets, ctx.feeds)
         summary = []
         for p in ctx.partitions:
             verdict = p.skipped or (f"{len(p.moved)} node(s) can move; boundary {len(p.boundary_before)} -> "

@@ -14,6 +14,7 @@ from them only): either side may evaluate it, so it never crosses a boundary.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from tensorflow.core.framework import graph_pb2
@@ -92,7 +93,7 @@ class PinRules:
         self._function_verdict: dict[str, str | None] = {}
         self._source: dict[str, Pin | None] = {}
         self._taint: dict[str, Pin] = {}
-        self.free: set[str] = set()
+        self._free: dict[str, bool] = {}
 
     # -- pin sources ---------------------------------------------------------------------------
     def source(self, name: str) -> Pin | None:
@@ -102,33 +103,21 @@ class PinRules:
         return self._source[name]
 
     def _classify(self, name: str) -> Pin | None:
-        node = self.view.node(name)
-        op = node.op
+        op = self.view.op(name)
         if name in self.targets:
             return Pin("target", name, f"{name!r} is a target (fetched by the training step)")
-        if name in self.feeds or op in FEED_OPS:
+        if name in self.feeds:
             return Pin("feed", name, f"{name!r} is fed ({op})")
-        if op in VARIABLE_OPS:
-            return Pin("variable", name, f"reads variable {name!r}")
-        if op in MUTABLE_STATE_OPS:
-            return Pin("mutable_state", name, f"touches mutable state {name!r} ({op})")
-        if op in CONTROL_FLOW_OPS:
-            return Pin("control_flow", name, f"{name!r} is control flow ({op})")
-        if name in self.stage_ops or op in STAGE_OPS:
+        if name in self.stage_ops:
             return Pin("other_stage", name, f"{name!r} belongs to another stage or queue ({op})")
-        if op in INPUT_OPS:
-            return Pin("input_op", name, f"{name!r} is an input op ({op}) not behind this stage")
         if op in FUNCTIONAL_OPS or op in self._functions:
-            reason = self._functions_reason(node)
+            reason = self._functions_reason(self.view.node(name))
             return None if reason is None else Pin("function_state", name, f"{name!r} calls a function that {reason}")
-        od = op_def(op)
-        if od is None:
-            return Pin("unknown_op", name, f"{name!r} has op type {op!r}, unknown to this TensorFlow: it may be stateful")
-        if _has_ref(node) and op not in ("Identity", "RefIdentity"):
-            return Pin("variable", name, f"{name!r} takes or gives a ref (legacy variable) tensor")
-        if od.is_stateful and op not in MOVABLE_STATEFUL_OPS:
-            return Pin("stateful", name, f"{name!r} is a stateful op ({op}) with effects outside the batch")
-        return None
+        verdict = _op_verdict(op)
+        if verdict is None:
+            return None
+        kind, template = verdict
+        return Pin(kind, name, template.format(name=repr(name), op=op))
 
     def _functions_reason(self, node) -> str | None:
         names = _called_functions(node)
@@ -164,20 +153,47 @@ class PinRules:
         return None
 
     # -- free nodes ------------------------------------------------------------------------------
-    def compute_free(self, order: list[str]) -> None:
-        """Marks free nodes: stateless (or read-only table handles), no pin, all inputs free."""
-        view, free = self.view, self.free
-        for name in order:
-            op = view.op(name)
-            stateful = is_stateful_op(op)
-            if stateful is None or (stateful and op not in READ_ONLY_TABLE_OPS):
+    def is_free(self, name: str) -> bool:
+        """Stateless (or a read-only table handle), not a pin source, and every input free: both sides may
+        evaluate it. Computed on demand, so only the nodes a partition asks about are visited."""
+        verdict = self._free.get(name)
+        if verdict is not None:
+            return verdict
+        stack = [name]
+        while stack:
+            current = stack[-1]
+            if current in self._free:
+                stack.pop()
                 continue
-            if op in FUNCTIONAL_OPS or op in self._functions or op in FEED_OPS or op in CONTROL_FLOW_OPS:
+            if not self._free_by_type(current):
+                self._free[current] = False
+                stack.pop()
                 continue
-            if name in self.targets or name in self.feeds or name in self.stage_ops:
+            inputs = self.view.inputs(current)
+            pending = next((t.node for t in inputs if t.node not in self._free), None)
+            if pending is not None:
+                if pending not in self.view:
+                    self._free[pending] = False
+                elif pending in stack:
+                    self._free[current] = False  # a loop: never free
+                    stack.pop()
+                else:
+                    stack.append(pending)
                 continue
-            if all(t.node in free for t in view.inputs(name)) and self.source(name) is None:
-                free.add(name)
+            self._free[current] = all(self._free[t.node] for t in inputs)
+            stack.pop()
+        return self._free[name]
+
+    def _free_by_type(self, name: str) -> bool:
+        op = self.view.op(name)
+        stateful = is_stateful_op(op)
+        if stateful is None or (stateful and op not in READ_ONLY_TABLE_OPS):
+            return False
+        if op in FUNCTIONAL_OPS or op in self._functions or op in FEED_OPS or op in CONTROL_FLOW_OPS:
+            return False
+        if name in self.targets or name in self.feeds or name in self.stage_ops:
+            return False
+        return self.source(name) is None
 
     def taint(self, name: str) -> Pin:
         """Why a node that is neither free nor behind the stage cannot feed the prefetch side."""
@@ -194,7 +210,7 @@ class PinRules:
                 self._taint[current] = own
                 stack.pop()
                 continue
-            blockers = [t.node for t in self.view.inputs(current) if t.node not in self.free]
+            blockers = [t.node for t in self.view.inputs(current) if not self.is_free(t.node)]
             pending = [b for b in blockers if b not in self._taint]
             if pending:
                 stack.extend(pending[:1])
@@ -208,9 +224,29 @@ class PinRules:
         return self._taint[name]
 
 
-def _has_ref(node) -> bool:
-    od = op_def(node.op)
-    return od is not None and (any(a.is_ref for a in od.output_arg) or any(a.is_ref for a in od.input_arg))
+@functools.lru_cache(maxsize=None)
+def _op_verdict(op: str) -> tuple[str, str] | None:
+    """(kind, detail template) when every node of type `op` is a pin source; None when the type may move."""
+    if op in FEED_OPS:
+        return "feed", "{name} is fed ({op})"
+    if op in VARIABLE_OPS:
+        return "variable", "reads variable {name}"
+    if op in MUTABLE_STATE_OPS:
+        return "mutable_state", "touches mutable state {name} ({op})"
+    if op in CONTROL_FLOW_OPS:
+        return "control_flow", "{name} is control flow ({op})"
+    if op in STAGE_OPS:
+        return "other_stage", "{name} belongs to another stage or queue ({op})"
+    if op in INPUT_OPS:
+        return "input_op", "{name} is an input op ({op}) not behind this stage"
+    od = op_def(op)
+    if od is None:
+        return "unknown_op", "{name} has op type {op!r}, unknown to this TensorFlow: it may be stateful"
+    if (any(a.is_ref for a in od.output_arg) or any(a.is_ref for a in od.input_arg)) and op not in ("Identity", "RefIdentity"):
+        return "variable", "{name} takes or gives a ref (legacy variable) tensor"
+    if od.is_stateful and op not in MOVABLE_STATEFUL_OPS:
+        return "stateful", "{name} is a stateful op ({op}) with effects outside the batch"
+    return None
 
 
 def _called_functions(node) -> list[str]:

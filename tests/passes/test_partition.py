@@ -15,7 +15,7 @@ from tests.passes.stage_graphs import fifo_stage, gather, reader, two_feature_gr
 def partition(graph_def, targets=(), feeds=()):
     view = GraphView(graph_def)
     stages, _ = find_stages(view)
-    return partition_stages(view, stages, set(targets), set(feeds), view.topological_order())
+    return partition_stages(view, stages, set(targets), set(feeds))
 
 
 def test_two_feature_graph_moves_hash_and_concat_and_pins_the_lookup():
