@@ -131,6 +131,7 @@ def build_drawing(diff: GraphDiff, max_boxes: int = DEFAULT_MAX_BOXES) -> Drawin
                 boxes.append(Box(box_id, cluster, name, op=view.op(name), role=role, names=(name,),
                                  order=order.get(name, len(order))))
                 box_of[name] = box_id
+    hidden -= len(boxes)  # the puts and takes are stage ops, but drawn
     budget = max(max_boxes - len(boxes), len(clusters))
     total = sum(len(v) for v in members.values()) or 1
     collapsed = False
