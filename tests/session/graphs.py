@@ -50,18 +50,18 @@ def dataset_features(rows: int = ROWS, batch: int = BATCH, seed: int = 0, num_ep
     return tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
 
 
-def small_model(stage: bool = True, num_epochs: int | None = None, guard: bool = False) -> Model:
+def small_model(stage: bool = True, num_epochs: int | None = None, guard: bool = False, **stage_options) -> Model:
     """
         dataset -> stage -> cat -> hash (ids) ----------------> embed(w) --\\
                          -> dense -> abs (scaled) -> log1p (normalized) ---> logits -> loss(label) -> train
                          -> label ----------------------------------------------------/
     guard=True adds an Assert on the hashed ids as a control input of the loss (a control edge that
-    crosses the cut: it must keep running every step).
+    crosses the cut: it must keep running every step). `stage_options` go to ss.staged.
     """
     tf.compat.v1.set_random_seed(7)
     f = dataset_features(num_epochs=num_epochs)
     if stage:
-        f = ss.staged(f, num_threads=1)
+        f = ss.staged(f, **{"num_threads": 1, **stage_options})
     ids = tf.strings.to_hash_bucket_fast(f["cat"], 50, name="ids")
     scaled = tf.abs(f["dense"], name="scaled")
     normalized = tf.math.log1p(scaled, name="normalized")
