@@ -97,13 +97,15 @@ class Session(tf.compat.v1.Session):
     def __init__(self, target: str = "", graph: tf.Graph | None = None, config=None, *,
                  targets: Iterable[Any] | None = None, prefetch: bool = True):
         graph = graph if graph is not None else tf.compat.v1.get_default_graph()
-        self._smartstage = prepare_graph(graph, config, targets)
-        self._mapper = FetchMapper(self._smartstage)
+        self._session = None  # BaseSession.__del__ reads it, also when the rewrite below raises
         self._auto_prefetch = prefetch
         self._prefetch_threads: PrefetchThreads | None = None
+        self._closed_threads: PrefetchThreads | None = None
         self._prefetch_lock = threading.Lock()
         self._reaches_stage: dict[frozenset, bool] = {}
         self._error_raised = False
+        self._smartstage = prepare_graph(graph, config, targets)
+        self._mapper = FetchMapper(self._smartstage)
         super().__init__(target, graph=graph, config=to_session_config(config))
 
     @property
@@ -207,7 +209,7 @@ class Session(tf.compat.v1.Session):
 
     def __exit__(self, exc_type, exc_value, exc_tb):
         super().__exit__(exc_type, exc_value, exc_tb)
-        threads = getattr(self, "_closed_threads", None)
+        threads = self._closed_threads
         if exc_type is None and threads is not None and threads.error is not None and not self._error_raised:
             self._error_raised = True
             raise threads.error
