@@ -89,7 +89,8 @@ class _StageThreads:
         self.close = self._op(graph, "close_node")
         self.cancel = self._op(graph, "cancel_node")
         self.ready_put = self._op(graph, "ready_put_node")
-        self.ready_size = self._ready_size(graph)
+        self.ready_size = self._consumer_of(graph, "ready_buffer_node", "QueueSizeV2")
+        self.is_closed = self._consumer_of(graph, "buffer_node", "QueueIsClosedV2")
         self.placeholders = [self._tensor(graph, f.placeholder) for f in stage_def.feeds]
         self.feed_values = [self._tensor(graph, f.tensor) for f in stage_def.feeds]
         self.run_options = config_pb2.RunOptions()
@@ -127,12 +128,13 @@ class _StageThreads:
         except (KeyError, ValueError):
             raise self._missing(f"tensor '{name}' (a feed)") from None
 
-    def _ready_size(self, graph: tf.Graph):
-        if not self.stage_def.ready_buffer_node:
+    def _consumer_of(self, graph: tf.Graph, field: str, op_type: str):
+        """The output of an `op_type` node reading the buffer named by `field`, if the graph has one."""
+        if not getattr(self.stage_def, field):
             return None
-        buffer = self._op(graph, "ready_buffer_node")
-        sizes = [c for c in buffer.outputs[0].consumers() if c.type == "QueueSizeV2"]
-        return sizes[0].outputs[0] if sizes else None
+        buffer = self._op(graph, field)
+        found = [c for c in buffer.outputs[0].consumers() if c.type == op_type]
+        return found[0].outputs[0] if found else None
 
     def check_thread_pool(self) -> None:
         if not self.stage_def.use_stage_subgraph_thread_pool:
@@ -150,6 +152,16 @@ class _StageThreads:
                 "num_threads=0), config_pb2.ThreadPoolOptionProto(num_threads=1)]) with config_pb2 from "
                 "tensorflow.core.protobuf (pool 0 runs the training step, pool 1 the prefetch runs), "
                 "or build the stage with use_stage_subgraph_thread_pool=False"
+            )
+
+    def check_open(self) -> None:
+        options = config_pb2.RunOptions(timeout_in_ms=CONTROL_RUN_MILLIS)
+        if self.is_closed is not None and self.sess.run(self.is_closed, options=options):
+            raise StageRuntimeError(
+                f"stage '{self.name}': its buffer is already closed in this session (a previous "
+                "start was stopped, or an earlier session on the same tf.distribute.Server closed it: "
+                "server resources outlive sessions). Create a new session, and for a remote target "
+                "set ConfigProto(isolate_session_state=True) so every session gets fresh buffers"
             )
 
     def announce_ready(self) -> None:
@@ -285,6 +297,7 @@ class PrefetchThreads:
             raise StageRuntimeError("these prefetch threads were already started; start new ones with start_prefetch_threads(sess)")
         for stage in self._stages:
             stage.check_thread_pool()
+            stage.check_open()
         for stage in self._stages:
             stage.announce_ready()
         self._started = True

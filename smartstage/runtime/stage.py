@@ -11,6 +11,7 @@ What one call builds, under the name scope `<scope>` (default "stage", made uniq
     <scope>/close         QueueCloseV2                          end of input: takes drain, then OutOfRange
     <scope>/cancel        QueueCloseV2(cancel_pending_enqueues) shutdown: wakes blocked puts and takes
     <scope>/size          QueueSizeV2                           buffered batches
+    <scope>/is_closed     QueueIsClosedV2                       checked when prefetch threads start
     <scope>/ready_buffer  FIFOQueueV2 (capacity 1, int32)       holds a token once prefetch threads run
     <scope>/ready_put     QueueEnqueueV2(ready_buffer, token)   run once when the threads start
     <scope>/ready_check   Assert(QueueSizeV2(ready_buffer) > 0) a control input of the take
@@ -44,7 +45,9 @@ def _missing_hook_message(stage: str) -> str:
         f"SmartStage stage '{stage}' has no prefetch threads, so this step would wait forever for "
         f"its next batch. Add smartstage.make_prefetch_hook() to the hooks of your "
         f"MonitoredTrainingSession, or call smartstage.start_prefetch_threads(sess) after creating "
-        f"a plain Session, before running a step that reads from '{stage}'."
+        f"a plain Session, before running a step that reads from '{stage}'. If you did, the graph "
+        f"lost its stage descriptions (collection 'smartstage_stages'): load it with "
+        f"tf.compat.v1.train.import_meta_graph, not import_graph_def."
     )
 
 
@@ -230,6 +233,8 @@ def staged(
         close = gen_data_flow_ops.queue_close_v2(buffer, cancel_pending_enqueues=False, name="close")
         cancel = gen_data_flow_ops.queue_close_v2(buffer, cancel_pending_enqueues=True, name="cancel")
         size = gen_data_flow_ops.queue_size_v2(buffer, name="size")
+        # Lets the runner refuse a buffer that an earlier session on the same server closed.
+        gen_data_flow_ops.queue_is_closed_v2(buffer, name="is_closed")
 
     stage_def = StageDef(
         name=stage_name,

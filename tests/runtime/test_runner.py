@@ -209,3 +209,30 @@ def test_monitored_session_is_refused(graph):
     with tf.compat.v1.train.MonitoredTrainingSession() as sess:
         with pytest.raises(StageRuntimeError, match="make_prefetch_hook"):
             ss.start_prefetch_threads(sess)
+
+
+def test_restarting_on_a_cancelled_buffer_is_refused(graph):
+    y = ss.staged(tf.constant(1))
+    with tf.compat.v1.Session(graph=graph) as sess:
+        with ss.start_prefetch_threads(sess):
+            assert sess.run(y, options=bounded()) == 1
+        with pytest.raises(StageRuntimeError, match="already closed"):
+            ss.start_prefetch_threads(sess)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("isolate", [False, True])
+def test_sessions_on_one_server_need_isolated_state(graph, isolate):
+    # Server resources outlive sessions: the second session would meet the first one's closed buffer.
+    server = tf.distribute.Server.create_local_server()
+    y = ss.staged(tf.constant(5), capacity=2)
+    config = tf.compat.v1.ConfigProto(isolate_session_state=isolate)
+    with tf.compat.v1.Session(server.target, config=config) as sess, ss.start_prefetch_threads(sess):
+        assert sess.run(y, options=bounded()) == 5
+    with tf.compat.v1.Session(server.target, config=config) as sess:
+        if isolate:
+            with ss.start_prefetch_threads(sess):
+                assert sess.run(y, options=bounded()) == 5
+        else:
+            with pytest.raises(StageRuntimeError, match="isolate_session_state=True"):
+                ss.start_prefetch_threads(sess)
