@@ -79,6 +79,7 @@ def stage_task(devices: Iterable[str]) -> DeviceSpec:
     return DeviceSpec()
 
 
+@functools.lru_cache(maxsize=4096)
 def cpu_device_for(device: str, default_task: DeviceSpec) -> str:
     """The CPU of the task `device` is on: job, replica and task kept, the device made CPU.
 
@@ -96,6 +97,7 @@ def cpu_device_for(device: str, default_task: DeviceSpec) -> str:
     return task.replace(device_type=CPU, device_index=index).to_string()
 
 
+@functools.lru_cache(maxsize=4096)
 def same_device(a: str, b: str) -> bool:
     """Whether two device strings name the same device ("/gpu:0" == "/device:GPU:0")."""
     return parse_device(a) == parse_device(b)
@@ -167,14 +169,61 @@ def kernel_for(node: node_def_pb2.NodeDef, kind: str) -> kernel_def_pb2.KernelDe
     found = registered_kernels(node.op)
     if not found:
         return None
-    attrs = _attrs_with_defaults(node)
-    label = attrs["_kernel"].s.decode() if "_kernel" in attrs else ""
+    label = node.attr["_kernel"].s.decode() if "_kernel" in node.attr else ""
+    # Only the constrained attributes decide: nodes that agree on them share one answer.
+    values = [(name, _attr_or_default(node, name)) for name in _constrained_attrs(node.op)]
+    key = (node.op, kind, label) + tuple(_attr_key(v) for _, v in values)
+    if key in _KERNEL_CHOICE:
+        return _KERNEL_CHOICE[key]
+    return _kernel_for_key(key, {n: v for n, v in values if v is not None})
+
+
+def _attr_key(value: attr_value_pb2.AttrValue | None):
+    """A cheap hashable stand-in for an attribute value (constraints are nearly always on types)."""
+    if value is None:
+        return None
+    kind = value.WhichOneof("value")
+    if kind == "type":
+        return value.type
+    if kind == "list" and not value.list.s and not value.list.i:
+        return tuple(value.list.type)
+    return value.SerializeToString(deterministic=True)
+
+
+def _attr_or_default(node: node_def_pb2.NodeDef, name: str) -> attr_value_pb2.AttrValue | None:
+    if name in node.attr:
+        return node.attr[name]
+    return _attr_default(node.op, name)
+
+
+@functools.lru_cache(maxsize=None)
+def _attr_default(op_type: str, name: str) -> attr_value_pb2.AttrValue | None:
+    od = op_def(op_type)
+    for a in od.attr if od is not None else ():
+        if a.name == name and a.HasField("default_value"):
+            return a.default_value
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _constrained_attrs(op_type: str) -> tuple[str, ...]:
+    return tuple(sorted({c.name for k in registered_kernels(op_type) for c in k.constraint}))
+
+
+_KERNEL_CHOICE: dict[tuple, kernel_def_pb2.KernelDef | None] = {}
+
+
+def _kernel_for_key(key: tuple, attrs: Mapping[str, attr_value_pb2.AttrValue]) -> kernel_def_pb2.KernelDef | None:
+    op_type, kind, label = key[:3]
+    choice = None
     for device_kind in (kind, DEFAULT):
-        matching = [k for k in found if k.device_type == device_kind and k.label == label
+        matching = [k for k in registered_kernels(op_type) if k.device_type == device_kind and k.label == label
                     and all(_constraint_holds(c, attrs) for c in k.constraint)]
         if matching:
-            return max(matching, key=lambda k: k.priority)
-    return None
+            choice = max(matching, key=lambda k: k.priority)
+            break
+    _KERNEL_CHOICE[key] = choice
+    return choice
 
 
 def has_kernel(node: node_def_pb2.NodeDef, kind: str) -> bool | None:
@@ -251,52 +300,89 @@ class ColocationGroups:
     Two nodes are in one group when one names the other in its `_class` attribute (`loc:@name`, what
     tf.colocate_with writes) or when one reads a resource or ref output of the other (a queue or table
     handle and its users, a variable and its reads; the placer colocates those edges), transitively.
+    Groups are found on demand, so asking about the prefetch side costs what the prefetch side is worth.
     """
 
     def __init__(self, view: GraphView):
-        self._parent: dict[str, str] = {}
-        for name in view.names():
-            node = view.node(name)
+        self.view = view
+        self._class_links: dict[str, set[str]] = {}
+        for node in view.graph_def.node:
             if _COLOCATION_ATTR in node.attr:
                 for loc in node.attr[_COLOCATION_ATTR].list.s:
                     if loc.startswith(_COLOCATION_PREFIX):
                         other = loc[len(_COLOCATION_PREFIX):].decode()
-                        if other in view:
-                            self._union(name, other)
-            if node.op in _COLOCATION_EXEMPT_OPS:
-                continue
+                        if other in view and other != node.name:
+                            self._class_links.setdefault(node.name, set()).add(other)
+                            self._class_links.setdefault(other, set()).add(node.name)
+        self._handles: dict[str, frozenset[int]] = {}
+        self._groups: dict[str, tuple[str, ...]] = {}
+
+    def _handle_ports_of(self, name: str) -> frozenset[int]:
+        if name not in self._handles:
+            self._handles[name] = _handle_ports(self.view, name) if name in self.view else frozenset()
+        return self._handles[name]
+
+    def _neighbours(self, name: str):
+        view = self.view
+        yield from self._class_links.get(name, ())
+        exempt = view.op(name) in _COLOCATION_EXEMPT_OPS
+        if not exempt:
             for t in view.data_inputs(name):
-                if t.node in view and _is_handle(view, t.node, t.port):
-                    self._union(name, t.node)
-        self._members: dict[str, list[str]] = {}
-        for name in self._parent:
-            self._members.setdefault(self._find(name), []).append(name)
-
-    def _find(self, name: str) -> str:
-        parent = self._parent.setdefault(name, name)
-        while parent != name:
-            grand = self._parent.setdefault(parent, parent)
-            self._parent[name] = grand
-            name, parent = parent, grand
-        return name
-
-    def _union(self, a: str, b: str) -> None:
-        ra, rb = self._find(a), self._find(b)
-        if ra != rb:
-            self._parent[max(ra, rb)] = min(ra, rb)
+                if t.port in self._handle_ports_of(t.node):
+                    yield t.node
+        handles = self._handle_ports_of(name)
+        if handles:
+            for f in view.fanouts(name):
+                if f.port in handles and view.op(f.consumer) not in _COLOCATION_EXEMPT_OPS:
+                    yield f.consumer
 
     def group(self, name: str) -> tuple[str, ...]:
         """Every node colocated with `name`, `name` included, in a stable order."""
-        if name not in self._parent:
-            return (name,)
-        return tuple(sorted(self._members[self._find(name)]))
+        found = self._groups.get(name)
+        if found is not None:
+            return found
+        seen = {name}
+        todo = [name]
+        while todo:
+            for other in self._neighbours(todo.pop()):
+                if other not in seen and other in self.view:
+                    seen.add(other)
+                    todo.append(other)
+        group = tuple(sorted(seen))
+        for member in group:
+            self._groups[member] = group
+        return group
 
 
-def _is_handle(view: GraphView, name: str, port: int) -> bool:
-    """Whether output `port` of `name` is a resource handle or a ref (legacy variable, v1 queue)."""
-    types = view.output_dtypes(name)
-    dtype = types[port] if types is not None and port < len(types) else None
-    return dtype is not None and (dtype in (types_pb2.DT_RESOURCE, types_pb2.DT_RESOURCE_REF) or dtype > 100)
+def _handle_ports(view: GraphView, name: str) -> frozenset[int]:
+    """The outputs of `name` that are resource handles or refs (legacy variables, v1 queues)."""
+    node = view.node(name)
+    if not _may_output_handle(node):
+        return frozenset()
+    types = view.output_dtypes(name) or []
+    return frozenset(i for i, d in enumerate(types) if d in _HANDLE_TYPES or d > 100)
+
+
+_HANDLE_TYPES = frozenset({types_pb2.DT_RESOURCE, types_pb2.DT_RESOURCE_REF})
+
+
+def _may_output_handle(node: node_def_pb2.NodeDef) -> bool:
+    """A quick no for the common case: no output of the op can be a resource or a ref, given its type attrs."""
+    od = op_def(node.op)
+    if od is None:
+        return True
+    for arg in od.output_arg:
+        if arg.is_ref or arg.type in _HANDLE_TYPES:
+            return True
+        if arg.type_attr:
+            value = _attr_or_default(node, arg.type_attr)
+            if value is None or value.type in _HANDLE_TYPES:
+                return True
+        if arg.type_list_attr:
+            value = _attr_or_default(node, arg.type_list_attr)
+            if value is None or any(t in _HANDLE_TYPES for t in value.list.type):
+                return True
+    return False
 
 
 # -- sides -----------------------------------------------------------------------------------------

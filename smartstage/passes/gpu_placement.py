@@ -241,6 +241,7 @@ class _Planner:
         self.kept: dict[str, list[KeptNode]] = {s.name: [] for s in stages}
         self.copies: dict[str, list[tuple[str, str]]] = {s.name: [] for s in stages}
         self._copy_of: dict[tuple[str, str], str | None] = {}
+        self._cpu_bound_groups: dict[tuple[str, ...], bool] = {}
 
     def plan(self) -> list[StagePlacement]:
         self._place_prefetch_sides()
@@ -292,9 +293,6 @@ class _Planner:
     def _group_problem(self, name: str, members: tuple[str, ...], target: str, wanted: dict[str, str]) -> str:
         """Why the colocation group of `name` cannot move to `target` as a whole ("" when it can)."""
         view, sides = self.view, self.sides
-        # A group with a member that has no GPU kernel runs on a CPU whatever its device strings say (the
-        # placer needs one device type for the whole group), so main-side members may come along.
-        cpu_bound = self._cpu_bound(name)
         for m in members:
             node = view.node(m)
             if m in wanted:
@@ -306,7 +304,9 @@ class _Planner:
                 return f"it is colocated with {m!r}, which the main side uses too"
             elif m in sides.owners:
                 return f"it is colocated with {m!r}, which stays where it is"
-            elif not cpu_bound:
+            elif not self._cpu_bound(name):
+                # A group with a member that has no GPU kernel runs on a CPU whatever its device strings say
+                # (the placer needs one device type for the whole group), so main-side members may come along.
                 return (f"it is colocated with the main-side node {m!r} ({node.op}), which can run on a GPU; "
                         "a colocation group is never split")
             elif not same_device(cpu_device_for(node.device, parse_device(target)), target):
@@ -320,7 +320,10 @@ class _Planner:
 
     def _cpu_bound(self, name: str) -> bool:
         """Whether the colocation group of `name` runs on a CPU whatever its devices say: a member has no GPU kernel."""
-        return any(has_kernel(self.view.node(m), GPU) is False for m in self.groups.group(name))
+        group = self.groups.group(name)
+        if group not in self._cpu_bound_groups:
+            self._cpu_bound_groups[group] = any(has_kernel(self.view.node(m), GPU) is False for m in group)
+        return self._cpu_bound_groups[group]
 
     def _keep(self, stage: str, name: str, reason: str) -> None:
         self.kept[stage].append(KeptNode(name, self.edits.device_of(name), reason))
@@ -517,6 +520,9 @@ class _Planner:
         view = self.view
         carried = stage.put_data_inputs(view)
         dtypes = view.output_dtypes(stage.take) or []
+        readers: dict[int, list] = {}
+        for f in view.fanouts(stage.take):
+            readers.setdefault(f.port, []).append(f)
         result = []
         for j, (where, reason) in enumerate(memory):
             tensor = str(carried[j]) if j < len(carried) else "?"
@@ -527,8 +533,8 @@ class _Planner:
                         f"at the put {stage.put!r}, in the prefetch run ({source or 'host'} -> {main_gpu})")
             else:
                 where = HOST
-                gpu_readers = [f.consumer for f in view.fanouts(stage.take) if f.port == j
-                               and input_memory(view.node(f.consumer), f.index, GPU) == DEVICE
+                gpu_readers = [f.consumer for f in readers.get(j, ())
+                               if input_memory(view.node(f.consumer), f.index, GPU) == DEVICE
                                and is_gpu(self.edits.device_of(f.consumer) or main_gpu)]
                 copy = (f"on the main side, when {', '.join(gpu_readers[:3])} read(s) it" if gpu_readers
                         else "none: it is never copied to a GPU")

@@ -87,7 +87,8 @@ class MultiStream:
                 if name in sides.shared:
                     skipped.append((name, "the main side evaluates it too"))
                     continue
-                others = {ids[o][0] for o in sides.owners.get(name, (stage.name,))}
+                owners = sides.owners.get(name, ())
+                others = {ids[o][0] for o in owners} if len(owners) > 1 else ()
                 if len(others) > 1:
                     skipped.append((name, f"it is on the prefetch sides of stages with streams {sorted(others)}"))
                     continue
