@@ -36,221 +36,17 @@ import time
 from typing import Iterable, Sequence
 
 import tensorflow as tf
-from tensorflow.core.protobuf import config_pb2
 
 from smartstage.errors import StageRuntimeError
 from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.metadata import stage_defs
+from smartstage.runtime.stage_threads import StageThreads
 
 logger = logging.getLogger(__name__)
 
-# Bounds on every wait of the runtime itself (seconds).
+# Bounds on the runtime's own waits (seconds).
 STOP_JOIN_SECONDS = 10.0
-CONTROL_RUN_MILLIS = 30000  # close / cancel / ready runs never wait longer than this
 WATCHDOG_POLL_SECONDS = 0.05
-
-
-def _session_closed(sess) -> bool:
-    return bool(getattr(sess, "_closed", False))
-
-
-def _quiet_run(sess, fetch, what: str, timeout_millis: int = CONTROL_RUN_MILLIS) -> bool:
-    """Runs a control op (close, cancel); a closed session or a closed buffer is not an error."""
-    if _session_closed(sess):
-        return False
-    try:
-        sess.run(fetch, options=config_pb2.RunOptions(timeout_in_ms=timeout_millis))
-        return True
-    except (tf.errors.OpError, RuntimeError) as error:
-        logger.debug("%s did not run: %s", what, error)
-        return False
-
-
-class _PutState:
-    """One prefetch thread's put in progress, for the timeout watchdog."""
-
-    __slots__ = ("started", "warned")
-
-    def __init__(self) -> None:
-        self.started: float | None = None
-        self.warned = 0
-
-
-class _StageThreads:
-    """The prefetch threads of one stage."""
-
-    def __init__(self, owner: "PrefetchThreads", sess, stage_def: StageDef):
-        self.owner = owner
-        self.sess = sess
-        self.stage_def = stage_def
-        self.name = stage_def.name
-        graph = sess.graph
-        self.put = self._op(graph, "put_node", required=True)
-        self.close = self._op(graph, "close_node")
-        self.cancel = self._op(graph, "cancel_node")
-        self.ready_put = self._op(graph, "ready_put_node")
-        self.ready_size = self._consumer_of(graph, "ready_buffer_node", "QueueSizeV2")
-        self.is_closed = self._consumer_of(graph, "buffer_node", "QueueIsClosedV2")
-        self.placeholders = [self._tensor(graph, f.placeholder) for f in stage_def.feeds]
-        self.feed_values = [self._tensor(graph, f.tensor) for f in stage_def.feeds]
-        self.run_options = config_pb2.RunOptions()
-        if stage_def.use_stage_subgraph_thread_pool:
-            self.run_options.inter_op_thread_pool = stage_def.stage_subgraph_thread_pool_id
-        self.timeout_seconds = max(stage_def.timeout_millis, 1) / 1000.0
-        self.closed_codes = set(stage_def.closed_error_codes)
-        self.ignored_codes = set(stage_def.ignored_error_codes)
-        self.puts = [_PutState() for _ in range(max(stage_def.num_threads, 1))]
-        self.threads: list[threading.Thread] = []
-        self._closed_threads = 0
-        self._lock = threading.Lock()
-
-    def _missing(self, what: str) -> StageRuntimeError:
-        return StageRuntimeError(
-            f"stage '{self.name}': the session's graph has no {what}, which the stage description "
-            "names; the graph was rewritten without keeping node names, or its StageDef is stale. "
-            "Keep node names when rewriting, or update the StageDef in collection 'smartstage_stages'"
-        )
-
-    def _op(self, graph: tf.Graph, field: str, required: bool = False):
-        name = getattr(self.stage_def, field)
-        if not name:
-            if required:
-                raise self._missing(f"{field} (empty)")
-            return None
-        try:
-            return graph.get_operation_by_name(name)
-        except (KeyError, ValueError):
-            raise self._missing(f"node '{name}' ({field})") from None
-
-    def _tensor(self, graph: tf.Graph, name: str) -> tf.Tensor:
-        try:
-            return graph.get_tensor_by_name(name)
-        except (KeyError, ValueError):
-            raise self._missing(f"tensor '{name}' (a feed)") from None
-
-    def _consumer_of(self, graph: tf.Graph, field: str, op_type: str):
-        """The output of an `op_type` node reading the buffer named by `field`, if the graph has one."""
-        if not getattr(self.stage_def, field):
-            return None
-        buffer = self._op(graph, field)
-        found = [c for c in buffer.outputs[0].consumers() if c.type == op_type]
-        return found[0].outputs[0] if found else None
-
-    def check_thread_pool(self) -> None:
-        if not self.stage_def.use_stage_subgraph_thread_pool:
-            return
-        pool_id = self.stage_def.stage_subgraph_thread_pool_id
-        config = getattr(self.sess, "_config", None)
-        pools = len(config.session_inter_op_thread_pool) if config is not None else 0
-        if pool_id >= pools:
-            raise StageRuntimeError(
-                f"stage '{self.name}' runs its prefetch on inter-op thread pool {pool_id} "
-                f"(use_stage_subgraph_thread_pool=True, stage_subgraph_thread_pool_id={pool_id}), but the "
-                f"session has {pools} session_inter_op_thread_pool entries. Create the session with a "
-                f"ConfigProto listing at least {pool_id + 1} pools, e.g. "
-                "tf.compat.v1.ConfigProto(session_inter_op_thread_pool=[config_pb2.ThreadPoolOptionProto("
-                "num_threads=0), config_pb2.ThreadPoolOptionProto(num_threads=1)]) with config_pb2 from "
-                "tensorflow.core.protobuf (pool 0 runs the training step, pool 1 the prefetch runs), "
-                "or build the stage with use_stage_subgraph_thread_pool=False"
-            )
-
-    def check_open(self) -> None:
-        options = config_pb2.RunOptions(timeout_in_ms=CONTROL_RUN_MILLIS)
-        if self.is_closed is not None and self.sess.run(self.is_closed, options=options):
-            raise StageRuntimeError(
-                f"stage '{self.name}': its buffer is already closed in this session (a previous "
-                "start was stopped, or an earlier session on the same tf.distribute.Server closed it: "
-                "server resources outlive sessions). Create a new session, and for a remote target "
-                "set ConfigProto(isolate_session_state=True) so every session gets fresh buffers"
-            )
-
-    def announce_ready(self) -> None:
-        """Puts the token that lets the take's guard pass (once: the ready buffer holds one)."""
-        if self.ready_put is None:
-            return
-        if self.ready_size is not None:
-            size = self.sess.run(self.ready_size, options=config_pb2.RunOptions(timeout_in_ms=CONTROL_RUN_MILLIS))
-            if size > 0:
-                return
-        try:
-            self.sess.run(self.ready_put, options=config_pb2.RunOptions(timeout_in_ms=CONTROL_RUN_MILLIS))
-        except tf.errors.DeadlineExceededError:
-            # Someone else put the token between our size check and our put: ready either way.
-            logger.debug("stage %s: ready token already present", self.name)
-
-    def start(self) -> None:
-        for index in range(len(self.puts)):
-            thread = threading.Thread(
-                target=self._loop, args=(index,), name=f"smartstage-prefetch-{self.name}-{index}", daemon=True
-            )
-            self.threads.append(thread)
-        for thread in self.threads:
-            thread.start()
-
-    def _loop(self, index: int) -> None:
-        put_state = self.puts[index]
-        while not self.owner.stopping():
-            try:
-                feed = None
-                if self.feed_values:
-                    values = self.sess.run(self.feed_values, options=self.run_options)
-                    feed = dict(zip(self.placeholders, values))
-                put_state.started = time.monotonic()
-                try:
-                    self.sess.run(self.put, feed_dict=feed, options=self.run_options)
-                finally:
-                    put_state.started = None
-                    put_state.warned = 0
-            except Exception as error:  # noqa: BLE001  every outcome is classified below
-                if not self._handle(error, index):
-                    return
-        logger.debug("prefetch thread %d of stage %s stopped", index, self.name)
-
-    def _handle(self, error: Exception, index: int) -> bool:
-        """What an error from a prefetch run means; True: the thread goes on."""
-        code = getattr(error, "error_code", None)
-        if self.owner.stopping() or _session_closed(self.sess):
-            logger.debug("prefetch thread %d of stage %s ends on shutdown: %s", index, self.name, error)
-            return False
-        if code in self.closed_codes:
-            logger.info("prefetch thread %d of stage %s reached the end of its input", index, self.name)
-            self._thread_closed()
-            return False
-        if code in self.ignored_codes:
-            logger.warning("stage %s: prefetch thread %d ignores an error and goes on: %s",
-                           self.name, index, error)
-            return True
-        if isinstance(error, tf.errors.CancelledError):
-            logger.info("stage %s: buffer closed or cancelled; prefetch thread %d ends", self.name, index)
-            return False
-        self.owner.report_error(self, error)
-        return False
-
-    def _thread_closed(self) -> None:
-        with self._lock:
-            self._closed_threads += 1
-            last = self._closed_threads == len(self.puts)
-        if last and self.close is not None:
-            logger.info("stage %s: every prefetch thread reached the end of input; closing the buffer", self.name)
-            _quiet_run(self.sess, self.close, f"close of stage {self.name}")
-
-    def run_cancel(self) -> None:
-        if self.cancel is not None:
-            _quiet_run(self.sess, self.cancel, f"cancel of stage {self.name}")
-
-    def check_timeouts(self, now: float) -> None:
-        for index, put_state in enumerate(self.puts):
-            started = put_state.started
-            if started is None:
-                continue
-            waited = now - started
-            if waited >= self.timeout_seconds * (put_state.warned + 1):
-                put_state.warned += 1
-                logger.warning(
-                    "stage %s: the put of prefetch thread %d has waited %.1f s (timeout_millis=%d); "
-                    "the buffer stays full because the main side takes no batch. The batch is kept and "
-                    "the put keeps waiting.", self.name, index, waited, self.stage_def.timeout_millis,
-                )
 
 
 class PrefetchThreads:
@@ -267,7 +63,7 @@ class PrefetchThreads:
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
         self._error: BaseException | None = None
-        self._stages = [_StageThreads(self, sess, stage_def) for stage_def in stages]
+        self._stages = [StageThreads(self, sess, stage_def) for stage_def in stages]
         self._watchdog: threading.Thread | None = None
         self._started = False
 
@@ -329,7 +125,7 @@ class PrefetchThreads:
         for stage in self._stages:
             stage.run_cancel()
 
-    def report_error(self, stage: _StageThreads, error: BaseException) -> None:
+    def report_error(self, stage: StageThreads, error: BaseException) -> None:
         """Records an unexpected prefetch error, stops everything and wakes a blocked main step."""
         with self._lock:
             first = self._error is None

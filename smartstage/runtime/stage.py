@@ -215,7 +215,7 @@ def staged(
         put = gen_data_flow_ops.queue_enqueue_v2(buffer, present, name="put")
         ready_buffer = gen_data_flow_ops.fifo_queue_v2(
             component_types=[tf.int32], shapes=[[]], capacity=1,
-            shared_name=stage_name + "/ready", name="ready_buffer",
+            shared_name=stage_name + "/ready_buffer", name="ready_buffer",
         )
         ready_token = tf.constant(1, dtype=tf.int32, name="ready_token")
         ready_put = gen_data_flow_ops.queue_enqueue_v2(ready_buffer, [ready_token], name="ready_put")

@@ -56,7 +56,7 @@ def test_ignored_errors_are_logged_and_skipped(graph, caplog):
     with tf.control_dependencies([check]):
         x = tf.identity(x)
     y = ss.staged(x, ignored_exception_types=(tf.errors.InvalidArgumentError,))
-    with caplog.at_level(logging.WARNING, logger="smartstage.runtime.runner"):
+    with caplog.at_level(logging.WARNING, logger="smartstage.runtime"):
         with tf.compat.v1.Session(graph=graph) as sess, ss.start_prefetch_threads(sess) as threads:
             assert drain(sess, y) == [0, 2, 4, 6, 8]
     assert threads.error is None
@@ -106,7 +106,7 @@ def test_coordinator_stop_stops_blocked_threads(graph):
 
 def test_put_waiting_past_timeout_warns_and_keeps_its_batch(graph, caplog):
     y = ss.staged(range_input(6), capacity=1, num_threads=1, timeout_millis=30)
-    with caplog.at_level(logging.WARNING, logger="smartstage.runtime.runner"):
+    with caplog.at_level(logging.WARNING, logger="smartstage.runtime"):
         with tf.compat.v1.Session(graph=graph) as sess, ss.start_prefetch_threads(sess):
             # Nobody takes: the buffer fills and the next put waits past its timeout.
             wait_until(lambda: any("has waited" in r.getMessage() for r in caplog.records),

@@ -31,7 +31,7 @@ def test_stage_ops_have_the_contract_names_and_types(graph):
     buffer = nodes["stage/buffer"]
     assert buffer.get_attr("capacity") == 3
     assert buffer.get_attr("shared_name") == b"stage"
-    assert nodes["stage/ready_buffer"].get_attr("shared_name") == b"stage/ready"
+    assert nodes["stage/ready_buffer"].get_attr("shared_name") == b"stage/ready_buffer"
     assert nodes["stage/ready_buffer"].get_attr("capacity") == 1
     assert [s.as_list() for s in map(tf.TensorShape, buffer.get_attr("shapes"))] == [[2], []]
     assert nodes["stage/close"].get_attr("cancel_pending_enqueues") is False
