@@ -121,7 +121,8 @@ class StagePlacement:
             lines.append(f"{self.stage}: {len(on_gpu)} boundary tensor(s) reach {self.buffer_device_after} on the "
                          "prefetch side (copied at the put): " + ", ".join(f"{b.tensor} ({b.dtype})" for b in on_gpu))
         if on_host and (on_gpu or is_gpu(self.buffer_device_after)):
-            lines.append(f"{self.stage}: {len(on_host)} stay in host memory: "
+            lines.append(f"{self.stage}: {len(on_host)} stay in host memory (_input_hostmem on the put, "
+                         "_output_hostmem on the take): "
                          + "; ".join(f"{b.tensor} ({b.dtype}): {b.reason}" for b in on_host[:6])
                          + (f"; ... (+{len(on_host) - 6})" if len(on_host) > 6 else ""))
         if self.copies:

@@ -177,3 +177,22 @@ def test_cluster_graph_on_worker_1_runs_with_identical_values(cluster):
     assert len(before) == len(after) == BATCHES
     for step, (b, a) in enumerate(zip(before, after)):
         assert np.array_equal(b[0], a[0]), f"step {step}: the loss differs: {b[0]} vs {a[0]}"
+
+
+def test_dlrm_example_on_a_gpu_holds_every_rule_and_trains_identically(tmp_path):
+    from smartstage.examples import build_dlrm, export_meta_graph_def
+    from smartstage.examples.data import prepare_criteo
+    from tests.passes.test_gpu_placement import check_placement_rules
+
+    files = prepare_criteo(tmp_path, num_rows=64, seed=0, vocabulary_max_size=20)
+    graph = tf.Graph()
+    with graph.as_default(), tf.device("/device:GPU:0"):
+        dlrm = build_dlrm(files.data_path, files.vocabulary_paths, stage_fn=staged)
+    meta = export_meta_graph_def(graph)
+    result = optimize(meta, GPU_STREAMS)
+    check_placement_rules(result)
+    placement = result.extra["gpu_placement"]["stage"]
+    assert placement.buffer_device_after == "/device:GPU:0"
+    assert sum(b.memory == "device" for b in placement.boundary) > 10
+    comparison = compare_runs(meta, result.meta_graph_def, [dlrm.loss.name, dlrm.train_op.name], 4, config=SOFT)
+    assert comparison.identical, comparison.describe()

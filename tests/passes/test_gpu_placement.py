@@ -363,6 +363,27 @@ def test_staging_area_buffer_moves_with_host_memory_on_its_own_indices():
     assert list(node(out, "stage/take").attr["_output_hostmem"].list.i) == [0]
 
 
+def test_two_towers_each_get_their_own_gpu_buffer_and_share_the_cpu():
+    #   rows_a -> a/put ~~ a/take -> hash_a -> lookup_a(w) on GPU:0
+    #   rows_b -> b/put ~~ b/take -> hash_b -> lookup_b(w) on GPU:1
+    s, f, i64, i32 = tf.string, tf.float32, tf.int64, tf.int32
+    gpu1 = "/device:GPU:1"
+    g = G(N("w", "VariableV2", dtype=f, shape=[10, 1], device=CPU0), N("axis", "Const", dtype=i32, value=0))
+    for tower, gpu in (("a", GPU0), ("b", gpu1)):
+        g.node.extend([
+            N(f"rows_{tower}", "Placeholder", dtype=s, device=gpu),
+            *stage_ops(tower, inputs=[f"rows_{tower}"]),
+            N(f"hash_{tower}", "StringToHashBucketFast", [f"{tower}/take"], num_buckets=10, device=gpu),
+            N(f"lookup_{tower}", "GatherV2", ["w", f"hash_{tower}", "axis"], Tparams=f, Tindices=i64, Taxis=i32,
+              device=gpu),
+        ])
+    result = optimize(g, GPU_ON, targets=["lookup_a", "lookup_b"])
+    check_placement_rules(result)
+    out = result.graph_def
+    assert node(out, "a/take").device == GPU0 and node(out, "b/take").device == gpu1
+    assert {node(out, n).device for n in ("rows_a", "rows_b", "hash_a", "hash_b")} == {CPU0}
+
+
 # -- cluster ----------------------------------------------------------------------------------------------
 def test_cluster_nodes_go_to_their_own_tasks_cpu():
     #   main side on worker 1's GPU; the stage ops on worker 1's CPU (as a CPU SmartStage left them);
