@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2, types_pb2
 
 from smartstage.graph import CONTROL_PORT, GraphView, dtype_name, input_string, is_stateful_op, op_def, parse_tensor_name
-from smartstage.passes.find_stages import FIFO, StageBoundary
+from smartstage.passes.find_stages import FIFO, STAGING_OPS, StageBoundary
 from smartstage.passes.pins import FEED_OPS, FUNCTIONAL_OPS
 from smartstage.pipeline import PassContext, PassResult
 from smartstage.placement import (
@@ -437,8 +437,8 @@ class _Planner:
             wants_gpu = any(m == DEVICE for m, _ in memory)
             problem = self._buffer_problem(stage) if wants_gpu else ""
             if problem:
-                notes.append(f"the buffer stays on {before or 'no device'}: {problem}; copies to the GPU stay on the "
-                             "main side")
+                notes.append(f"the buffer cannot move to {main_gpu} as a whole: {problem}; it stays on "
+                             f"{before or 'no device'}")
             elif wants_gpu:
                 members = sorted(set(self.groups.group(buffer_node)) | set(stage.ops))
                 for m in members:
@@ -494,7 +494,7 @@ class _Planner:
         members = sorted(set(self.groups.group(buffer_node)) | set(stage.ops))
         for m in members:
             node = view.node(m)
-            if m not in stage.ops:
+            if m not in stage.ops and not _is_buffer_op(node.op):
                 return f"{m!r} ({node.op}) is colocated with the buffer but is not part of the stage"
             known = has_kernel(node, GPU)
             if known is None:
@@ -542,6 +542,11 @@ class _Planner:
             result.append(BoundaryCopy(tensor, f"{stage.take}:{j}", dtype_name(dtypes[j]) if j < len(dtypes) else "?",
                                        where, copy, reason))
         return result
+
+
+def _is_buffer_op(op_type: str) -> bool:
+    """Ops that only operate a buffer (a queue or staging area): they follow the buffer to its device."""
+    return op_type.startswith("Queue") or op_type in STAGING_OPS
 
 
 def _dedup_controls(inputs: list[str]) -> list[str]:

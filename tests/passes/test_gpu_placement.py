@@ -111,7 +111,8 @@ def check_placement_rules(result) -> None:
             assert task_spec(old) == task_spec(new), f"{name} moved from {old!r} to another task: {new!r}"
         # Rule: only the stage's own ops go to a GPU, and only ops with a GPU kernel.
         if device_type(new) == GPU:
-            assert name in stage_op_names, f"{name} was asked onto a GPU ({new!r}) but is not a stage op"
+            assert name in stage_op_names or after.op(name).startswith("Queue"), (
+                f"{name} was asked onto a GPU ({new!r}) but is not an op of a buffer")
             assert has_kernel(after.node(name), GPU), f"{name} ({after.op(name)}) has no GPU kernel"
         # Rule: a main-side node keeps its device, unless its group cannot run on a GPU anyway.
         if name not in sides.owners and name not in stage_op_names:
