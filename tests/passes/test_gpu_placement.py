@@ -456,3 +456,15 @@ def test_report_is_data():
     assert data["stage"] == "stage" and data["buffer_device_after"] == GPU0
     assert {"node", "before", "after", "why"} <= set(data["device_changes"][0])
     assert report(result).details == tuple(result.extra["gpu_placement"].values())
+
+
+def test_queue_ops_on_the_buffer_that_the_stage_def_does_not_name_follow_the_buffer():
+    meta, loss = tf_model(GPU0)
+    for n in meta.graph_def.node:  # the stage ops of staged() left unplaced, as without a device scope
+        if n.name.startswith("stage/"):
+            n.device = ""
+    meta.graph_def.node.extend([N("stage/probe", "QueueIsClosedV2", ["stage/buffer"])])
+    result = optimize(meta, GPU_ON, targets=[loss])
+    check_placement_rules(result)
+    assert node(result.graph_def, "stage/probe").device == GPU0
+    assert node(result.graph_def, "stage/buffer").device == GPU0
