@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 EXIT_OK, EXIT_DIFFERENT, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
-DEMO_LIST_LIMIT = 8
+DEMO_LIST_LIMIT, DEMO_PINNED_LIMIT = 20, 6  # the demo's text: every move, a taste of the pins
 
 
 class _Fail(Exception):
@@ -407,7 +407,7 @@ def _run_demo(args, workdir: Path) -> int:
         _write_text(str(workdir / "report.json"), _report_json(diff, result))
         _write_text(str(workdir / "report.html"), html_report(diff, result, title="SmartStage demo",
                                                               layout=args.layout, max_boxes=args.max_boxes))
-    sys.stdout.write(json_report(diff) if args.json else text_report(diff, limit=DEMO_LIST_LIMIT))
+    sys.stdout.write(json_report(diff) if args.json else text_report(diff, limit=DEMO_LIST_LIMIT, pinned_limit=DEMO_PINNED_LIMIT))
     if not args.json:
         print()
         _print_summary(result, out=str(workdir) if args.out else None)

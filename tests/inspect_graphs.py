@@ -53,6 +53,66 @@ def deeprec_example(workdir):
         return export_meta_graph_def(graph)
 
 
+def dlrm_like_graph(rows: int = 64, batch: int = 8):
+    """A small DLRM-like training graph, built here so its golden files change only with SmartStage.
+
+        tf.data (in-graph constants) -> iterator -> stage -> I1, I2: fill, log1p, scale -> bottom MLP(w) -\
+                                                          -> C1..C3: hash -> embeddings(w) ----------------+-> dot interaction
+                                                          -> C4: vocabulary table lookup -> embedding(w) -/   -> top MLP(w)
+                                                          -> C1 x C2: join, hash -> embedding(w) ----------------> concat
+                                                          -> I1: bucketize -> embedding(w) ----------------------/  -> loss -> Adagrad
+    """
+    rng = np.random.default_rng(0)
+    columns = {"label": rng.integers(0, 2, rows).astype(np.float32),
+               "I1": rng.lognormal(1.0, 1.0, rows).astype(np.float32),
+               "I2": np.where(rng.random(rows) < 0.2, np.nan, rng.lognormal(0.0, 1.0, rows)).astype(np.float32)}
+    for c in ("C1", "C2", "C3", "C4"):
+        columns[c] = np.array([f"{c.lower()}_{v}" for v in rng.integers(0, 20, rows)])
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.set_random_seed(1)
+        ds = tf.data.Dataset.from_tensor_slices(columns).batch(batch, drop_remainder=True).repeat()
+        parsed = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
+        f = ss.staged(parsed)
+        with tf.name_scope("preprocess"):
+            dense = []
+            for c in ("I1", "I2"):
+                x = tf.where(tf.math.is_nan(f[c]), tf.zeros_like(f[c]), f[c], name=f"fill_{c}")
+                dense.append(tf.math.log1p(tf.maximum(x, 0.0)) / 3.0)
+            dense = tf.stack(dense, axis=1, name="dense")
+            ids = {c: tf.strings.to_hash_bucket_fast(f[c], 50, name=f"hash_{c}") for c in ("C1", "C2", "C3")}
+            table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+                tf.constant([f"c4_{i}" for i in range(10)]), tf.range(10, dtype=tf.int64)), default_value=10)
+            ids["C4"] = table.lookup(f["C4"], name="lookup_C4")
+            ids["C1xC2"] = tf.strings.to_hash_bucket_fast(tf.strings.join([f["C1"], f["C2"]], "_"), 50, name="cross")
+            ids["bucket_I1"] = tf.cast(tf.raw_ops.Bucketize(input=f["I1"], boundaries=[1.0, 3.0, 10.0]), tf.int64)
+            label = tf.reshape(f["label"], [-1, 1], name="label")
+        init = tf.compat.v1.glorot_uniform_initializer(seed=3)
+
+        def layer(x, width, name, activation=tf.nn.relu):
+            with tf.compat.v1.variable_scope(name):
+                w = tf.compat.v1.get_variable("kernel", [x.shape[1], width])
+                b = tf.compat.v1.get_variable("bias", [width], initializer=tf.compat.v1.zeros_initializer())
+                y = tf.nn.bias_add(tf.matmul(x, w), b)
+                return activation(y) if activation else y
+
+        with tf.compat.v1.variable_scope("dlrm", use_resource=True, initializer=init):
+            bottom = layer(dense, 4, "bottom")
+            embedded = [bottom]
+            for name, x in ids.items():
+                table_w = tf.compat.v1.get_variable(f"emb_{name}", [51, 4])
+                embedded.append(tf.nn.embedding_lookup(table_w, x, name=f"embed_{name}"))
+            stacked = tf.stack(embedded, axis=1, name="stack")
+            interaction = tf.reshape(tf.matmul(stacked, stacked, transpose_b=True), [-1, 49], name="interaction")
+            hidden = layer(tf.concat([bottom, interaction], 1), 8, "top")
+            logits = layer(hidden, 1, "logit", activation=None)
+        loss = tf.compat.v1.losses.sigmoid_cross_entropy(label, logits)
+        step = tf.compat.v1.train.get_or_create_global_step()
+        train_op = tf.compat.v1.train.AdagradOptimizer(0.1).minimize(loss, global_step=step, name="train_op")
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TRAIN_OP, train_op)
+        return tf.compat.v1.train.export_meta_graph(graph=graph)
+
+
 def dlrm_example(workdir):
     """The DLRM-like model of smartstage.examples (hashing, vocabulary tables, crosses, Adagrad) as a
     MetaGraphDef, reading a small synthetic Criteo-like CSV in `workdir`."""

@@ -13,7 +13,7 @@ from smartstage.errors import GraphError
 from smartstage.render.json import json_report, read_json_report
 from smartstage.render.text import text_report
 from tests.builder import G, N, node
-from tests.inspect_graphs import check_golden, deeprec_example, dlrm_example, tiny_graph
+from tests.inspect_graphs import check_golden, deeprec_example, dlrm_example, dlrm_like_graph, tiny_graph
 
 ON = ss.enable_smart_stage()
 
@@ -29,7 +29,12 @@ def deeprec(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def dlrm(tmp_path_factory):
+def dlrm():
+    return ss.optimize(dlrm_like_graph(), ON)
+
+
+@pytest.fixture(scope="module")
+def examples_dlrm(tmp_path_factory):
     return ss.optimize(dlrm_example(tmp_path_factory.mktemp("dlrm")), ON)
 
 
@@ -56,13 +61,15 @@ def test_tiny_diff_content(tiny):
     assert not diff.added and not diff.removed and not diff.device_changes
 
 
-def test_moved_matches_the_optimizer(dlrm):
+@pytest.mark.parametrize("example", ["dlrm", "examples_dlrm"])
+def test_moved_matches_the_optimizer(example, request):
     """Sides found from the graphs alone agree with the partition (free nodes never count as moved)."""
-    diff = dlrm.diff()
+    result = request.getfixturevalue(example)
+    diff = result.diff()
     moved = {m.name for m in diff.moved if m.to == "prefetch"}
-    assert moved and moved <= dlrm.moved()
+    assert moved and moved <= result.moved()
     assert not [m for m in diff.moved if m.to == "main"]
-    assert {p.name for p in diff.pinned} == {n for p in dlrm.partitions for n in p.pinned}
+    assert {p.name for p in diff.pinned} == {n for p in result.partitions for n in p.pinned}
 
 
 def test_json_round_trip_and_schema(deeprec):

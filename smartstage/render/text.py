@@ -17,7 +17,8 @@ from __future__ import annotations
 from smartstage.diff import GraphDiff, StageDiff
 
 
-def text_report(diff: GraphDiff, limit: int | None = 40) -> str:
+def text_report(diff: GraphDiff, limit: int | None = 40, pinned_limit: int | None = -1) -> str:
+    """The report as text; `limit` entries per list (None: all), `pinned_limit` for pinned lists (-1: `limit`)."""
     c = diff.counts()
     lines = [
         f"graph diff: {diff.before_nodes} nodes -> {diff.after_nodes} nodes",
@@ -31,7 +32,7 @@ def text_report(diff: GraphDiff, limit: int | None = 40) -> str:
         lines.append("  the graphs are identical")
     for stage in diff.stages:
         lines.append("")
-        lines.extend(_stage_lines(diff, stage, limit))
+        lines.extend(_stage_lines(diff, stage, limit, limit if pinned_limit == -1 else pinned_limit))
     sections = [
         ("added", [f"{n.name} ({n.op})" + (f" on {n.device}" if n.device else "") for n in diff.added]),
         ("removed", [f"{n.name} ({n.op})" for n in diff.removed]),
@@ -52,7 +53,7 @@ def text_report(diff: GraphDiff, limit: int | None = 40) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _stage_lines(diff: GraphDiff, stage: StageDiff, limit: int | None) -> list[str]:
+def _stage_lines(diff: GraphDiff, stage: StageDiff, limit: int | None, pinned_limit: int | None) -> list[str]:
     where = ("" if stage.in_before and stage.in_after else
              " [only in the after graph]" if stage.in_after else " [only in the before graph]")
     lines = [f"stage {stage.name!r} ({stage.kind}; put {stage.put!r}, take {stage.take!r}){where}"]
@@ -74,7 +75,8 @@ def _stage_lines(diff: GraphDiff, stage: StageDiff, limit: int | None) -> list[s
     pinned = diff.pinned_in(stage.name)
     if pinned:
         lines.append(f"  pinned on the main side ({len(pinned)}):")
-        lines.extend(_limited([f"{p.name} ({p.op}): {p.reason}" + _chain(diff.chain(p.name, p.stage)) for p in pinned], limit, "    "))
+        lines.extend(_limited([f"{p.name} ({p.op}): {p.reason}" + _chain(diff.chain(p.name, p.stage)) for p in pinned],
+                              pinned_limit, "    "))
     if stage.control_reroutes:
         lines.append(f"  control edges re-routed through the put and the take ({len(stage.control_reroutes)}):")
         lines.extend(_limited([f"{a} -> {b}" for a, b in stage.control_reroutes], limit, "    "))
