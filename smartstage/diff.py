@@ -21,20 +21,20 @@ renaming or removing a key, or changing its meaning, bumps the version.
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from tensorflow.core.framework import attr_value_pb2, graph_pb2
+from tensorflow.core.framework import graph_pb2
 
 from smartstage.errors import GraphError
-from smartstage.graph import CONTROL_PORT, GraphView, dtype_name, input_string
+from smartstage.graph import CONTROL_PORT, GraphView, input_string
 from smartstage.io import load_graph, stage_defs_of
+from smartstage.paths import input_path
+from smartstage.readable import attr_text
 from smartstage.sides import FREE, MAIN, PREFETCH_PREFIX, GraphSides, graph_sides, stage_of_side
 
 SCHEMA = "smartstage.graph_diff"
 SCHEMA_VERSION = 1
-MAX_VALUE_CHARS = 120
 
 
 @dataclass(frozen=True)
@@ -297,7 +297,7 @@ def graph_diff(before, after, result=None) -> GraphDiff:
             a = prior.attr[key] if key in prior.attr else None
             b = node.attr[key] if key in node.attr else None
             if a != b:
-                attr_changes.append(AttrChange(node.name, key, _attr_text(a), _attr_text(b)))
+                attr_changes.append(AttrChange(node.name, key, attr_text(a), attr_text(b)))
     removed = [NodeRef(n.name, n.op, n.device) for n in old.graph_def.node if n.name not in new_view]
 
     moved = _moved(new_view, old_sides, new_sides)
@@ -387,104 +387,3 @@ def _pinned(view: GraphView, result) -> list[PinnedNode]:
     stage_rank = {p.stage.name: i for i, p in enumerate(result.partitions)}
     out.sort(key=lambda pn: (stage_rank[pn.stage], position.get(pn.name, len(position)), pn.name))
     return out
-
-
-def pin_chain(view: GraphView, pinned: Mapping[str, Any], name: str) -> tuple[str, ...]:
-    """`name`, the input it inherited its pin through, and so on back to the pin's cause.
-
-    Follows `Pin.via` while the partition recorded one; from a node outside the partition (upstream of
-    the take) it takes the shortest input path to the cause in `view`.
-    """
-    pin = pinned[name]
-    chain = [name]
-    current, current_pin = name, pin
-    while current_pin.via is not None and current != pin.cause:
-        nxt = current_pin.via
-        if nxt in chain:
-            break
-        if nxt in pinned:
-            chain.append(nxt)
-            current, current_pin = nxt, pinned[nxt]
-            continue
-        chain.extend(input_path(view, nxt, pin.cause) or [nxt, pin.cause])
-        break
-    if chain[-1] != pin.cause:
-        chain.append(pin.cause)
-    return tuple(dict.fromkeys(chain))
-
-
-def input_path(view: GraphView, start: str, goal: str) -> list[str] | None:
-    """The shortest path start <- ... <- goal walking inputs (data or control), both ends included."""
-    if start not in view:
-        return None
-    parent: dict[str, str | None] = {start: None}
-    todo = deque([start])
-    while todo:
-        name = todo.popleft()
-        if name == goal:
-            path = [name]
-            while parent[path[-1]] is not None:
-                path.append(parent[path[-1]])
-            return list(reversed(path))
-        for t in view.inputs(name):
-            if t.node not in parent and t.node in view:
-                parent[t.node] = name
-                todo.append(t.node)
-    return None
-
-
-# -- attribute values as short text ----------------------------------------------------------------
-def _attr_text(value: attr_value_pb2.AttrValue | None) -> str | None:
-    if value is None:
-        return None
-    kind = value.WhichOneof("value")
-    if kind == "type":
-        text = dtype_name(value.type)
-    elif kind == "shape":
-        text = _shape_text(value.shape)
-    elif kind == "list":
-        lst = value.list
-        parts = ([dtype_name(t) for t in lst.type] or [_shape_text(s) for s in lst.shape]
-                 or [repr(s.decode("utf-8", "replace")) for s in lst.s] or [str(i) for i in lst.i]
-                 or [repr(f) for f in lst.f] or [str(b).lower() for b in lst.b] or [f.name for f in lst.func])
-        text = "[" + ", ".join(parts) + "]"
-    elif kind == "s":
-        text = repr(value.s.decode("utf-8", "replace"))
-    elif kind == "i":
-        text = str(value.i)
-    elif kind == "f":
-        text = repr(value.f)
-    elif kind == "b":
-        text = str(value.b).lower()
-    elif kind == "tensor":
-        text = _tensor_text(value.tensor)
-    elif kind == "func":
-        text = f"func {value.func.name}"
-    elif kind == "placeholder":
-        text = f"${value.placeholder}"
-    else:
-        text = ""
-    return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 3] + "..."
-
-
-def _tensor_text(tensor) -> str:
-    head = f"{dtype_name(tensor.dtype)} {_shape_text(tensor.tensor_shape)}"
-    try:
-        from tensorflow.python.framework import tensor_util
-
-        array = tensor_util.MakeNdarray(tensor)
-    except Exception:  # a dtype numpy cannot hold (resource, variant): the type says enough
-        return f"tensor<{head}>"
-    if array.size > 8:
-        return f"tensor<{head}>"
-    values = array.tolist()
-    if isinstance(values, bytes):
-        values = values.decode("utf-8", "replace")
-    return f"tensor<{head} {values!r}>"
-
-
-def _shape_text(shape) -> str:
-    if shape.unknown_rank:
-        return "<unknown>"
-    return "[" + ",".join("?" if d.size < 0 else str(d.size) for d in shape.dim) + "]"
-

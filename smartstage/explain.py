@@ -19,7 +19,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
-from smartstage.diff import input_path, pin_chain
+from smartstage.paths import input_path, pin_chain
 from smartstage.errors import GraphError
 from smartstage.graph import GraphView, parse_tensor_name
 from smartstage.io import load_graph, stage_defs_of

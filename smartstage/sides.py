@@ -92,10 +92,7 @@ def graph_sides(view: GraphView, stage_defs: list[StageDef] = ()) -> GraphSides:
 
 
 def _free_nodes(view: GraphView, rules: PinRules) -> set[str]:
-    if hasattr(rules, "is_free"):
-        return {name for name in view.names() if rules.is_free(name)}
-    rules.compute_free(partial_topological_order(view))  # the PinRules of before 2026-11-22
-    return set(rules.free)
+    return {name for name in view.names() if rules.is_free(name)}
 
 
 def _stage_infrastructure(view: GraphView, stage: StageBoundary) -> list[str]:

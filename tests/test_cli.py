@@ -13,7 +13,6 @@ from google.protobuf import text_format
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
-import smartstage as ss
 from smartstage.cli import main
 from smartstage.io import load_graph, write_graph
 from tests.builder import node

@@ -50,7 +50,7 @@ def dot_source(diff: GraphDiff, max_boxes: int = DEFAULT_MAX_BOXES, drawing: Dra
         if e.label:
             attrs.append(f"label={_q(e.label)}")
         if e.boundary:
-            attrs.append(f'penwidth=3, color="#1e88e5", fontcolor="#0d47a1", class="boundary"')
+            attrs.append('penwidth=3, color="#1e88e5", fontcolor="#0d47a1", class="boundary"')
         elif e.control:
             attrs.append("style=dashed")
         if e.count > 1 and not e.boundary:
