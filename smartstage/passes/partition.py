@@ -72,12 +72,31 @@ def partition_stages(
     """
     stage_ops = {n for s in stages for n in s.ops}
     rules = PinRules(view, targets, feeds, stage_ops)
+    order = view.order()  # parses every node's inputs
+    seeds: list[list[str]] = [[] for _ in stages]
+    while True:
+        states, consumed = _sweep(view, stages, rules, order, seeds)
+        pulled = [[n for n in st.verdict if n in st.pulled] for st in states]
+        if pulled == seeds:
+            return [_finish(view, st, consumed) for st in states]
+        # Nodes pulled behind a stage (random sources) may have readers visited before the pull: sweep
+        # again with them in place from the start, so one optimize() reaches the fixed point.
+        seeds = pulled
+
+
+def _sweep(view: GraphView, stages: list[StageBoundary], rules: PinRules, order: list[str],
+           seeds: list[list[str]]) -> tuple[list[_StageState], set[str]]:
     states = [_StageState(s, view) for s in stages]
     # candidate (or take) -> its stage state; a tuple when a node is downstream of several stages
     member: dict[str, _StageState | tuple] = {st.take: st for st in states}
     claimed: set[str] = set()  # sources pulled behind one stage are unavailable to the others
+    for st, seed in zip(states, seeds):
+        for name in seed:
+            st.verdict[name] = None
+            st.pulled.add(name)
+            member[name] = st
+            claimed.add(name)
     consumed: set[str] = set()
-    order = view.order()  # parses every node's inputs
     inputs = view.inputs
     for name in order:
         parsed = inputs(name)
@@ -91,13 +110,13 @@ def partition_stages(
                 elif owners is not st:
                     owners = tuple(dict.fromkeys((owners if isinstance(owners, tuple) else (owners,))
                                                  + (st if isinstance(st, tuple) else (st,))))
-        if owners is None:
+        if owners is None or name in claimed:
             continue
         member[name] = owners
         for st in (owners if isinstance(owners, tuple) else (owners,)):
             if name not in st.own:
                 st.verdict[name] = _decide(view, rules, st, name, parsed, claimed)
-    return [_finish(view, st, consumed) for st in states]
+    return states, consumed
 
 
 def _decide(view: GraphView, rules: PinRules, st: _StageState, name: str, parsed, claimed: set[str]) -> Pin | None:
