@@ -13,6 +13,8 @@ import threading
 
 import pytest
 import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tensorflow.core.protobuf import config_pb2
 
 import smartstage.runtime as ss
@@ -35,6 +37,18 @@ def test_every_batch_arrives_exactly_once(graph, capacity, num_threads):
             assert threads.join(timeout=20)
         assert threads.error is None
     assert sorted(got) == list(range(40))
+
+
+@settings(max_examples=10, deadline=None)
+@given(n=st.integers(0, 25), capacity=st.integers(1, 5), num_threads=st.integers(1, 4))
+def test_no_batch_lost_or_repeated_for_any_setting(n, capacity, num_threads):
+    with tf.Graph().as_default() as graph:
+        y = ss.staged(range_input(n), capacity=capacity, num_threads=num_threads)
+    with tf.compat.v1.Session(graph=graph) as sess, ss.start_prefetch_threads(sess):
+        got = drain(sess, y)
+    assert sorted(got) == list(range(n))
+    if num_threads == 1:
+        assert got == list(range(n))
 
 
 def test_one_thread_keeps_input_order(graph):
