@@ -23,7 +23,8 @@ import tensorflow as _tf
 
 from smartstage.config import ConfigProto
 from smartstage.runtime import make_prefetch_hook, mark_target_node, staged
-from smartstage.session import MonitoredTrainingSession, Session
+from smartstage.monitored import MonitoredTrainingSession
+from smartstage.session import Session
 
 
 class _Namespace(types.ModuleType):

@@ -8,7 +8,8 @@ from tensorflow.core.protobuf import config_pb2
 
 import smartstage as ss
 from smartstage.config import OPTIMIZER_NAME
-from smartstage.session import MonitoredTrainingSession, Session
+from smartstage.monitored import MonitoredTrainingSession
+from smartstage.session import Session
 from tests.session.graphs import bounded, init_ops, small_model
 
 

@@ -129,3 +129,47 @@ def test_ops_built_after_the_session_read_the_new_take():
         assert mean == pytest.approx(np.mean(labels)) and top == np.max(ids)
         with pytest.raises(ss.TargetError, match="scaled"):
             sess.run(late_scaled, options=bounded())
+
+
+def queue_runner_model():
+    """
+        range -> batch -> enqueue ~~ FIFOQueue ~~ dequeue -> * 3 (moves) -> matmul(w) -> loss -> train
+    A hand-made stage (no StageDef), filled by a QueueRunner: the rewrite swaps the runner's ops.
+    """
+    x = tf.compat.v1.data.make_one_shot_iterator(
+        tf.data.Dataset.range(1000).map(lambda i: tf.cast(tf.fill([2], i), tf.float32)).batch(4)).get_next()
+    queue = tf.queue.FIFOQueue(2, [tf.float32], shapes=[[4, 2]], shared_name="hand_made")
+    enqueue = queue.enqueue([x])
+    tf.compat.v1.train.add_queue_runner(tf.compat.v1.train.QueueRunner(queue, [enqueue]))
+    tripled = queue.dequeue() * 3.0
+    w = tf.compat.v1.get_variable("w", [2, 1], initializer=tf.compat.v1.ones_initializer())
+    loss = tf.reduce_sum(tf.matmul(tripled, w))
+    return tf.compat.v1.train.GradientDescentOptimizer(0.001).minimize(loss), loss
+
+
+def train_queue_runner_model(on: bool):
+    graph = tf.Graph()
+    with graph.as_default():
+        train_op, loss = queue_runner_model()
+    with Session(graph=graph, config=flag(on)) as sess:
+        sess.run(init_ops(graph))
+        coord = tf.compat.v1.train.Coordinator()
+        threads = tf.compat.v1.train.start_queue_runners(sess, coord=coord)
+        try:
+            losses = [sess.run([loss, train_op], options=bounded())[0] for _ in range(4)]
+        finally:
+            coord.request_stop()
+            sess.run(graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)[0].cancel_op)
+            coord.join(threads, stop_grace_period_secs=10)
+    (runner,) = graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
+    return losses, runner, sess.smart_stage
+
+
+def test_a_queue_runner_stage_runs_the_new_put():
+    before, _, _ = train_queue_runner_model(False)
+    after, runner, record = train_queue_runner_model(True)
+    (stage,) = record.stages
+    assert [op.name for op in runner.enqueue_ops] == [stage.new_ops["put"]]
+    assert runner.close_op.name == stage.new_ops["close"] and runner.cancel_op.name == stage.new_ops["cancel"]
+    np.testing.assert_array_equal(before, after)
+    assert before[0] == 6 * (0 + 1 + 2 + 3)   # batch 0 holds 0..3, tripled, two columns, w = 1
