@@ -36,7 +36,8 @@ from smartstage.runtime import (
     staged,
     start_prefetch_threads,
 )
-from smartstage.session import MonitoredTrainingSession, Session, SmartMonitoredSession
+from smartstage.monitored import MonitoredTrainingSession, SmartMonitoredSession
+from smartstage.session import Session
 
 __all__ = [
     "AutoStageOptions",
