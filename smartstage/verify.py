@@ -70,6 +70,16 @@ def _verify_stage(view: GraphView, stage: StageBoundary, readers: list[str]) -> 
             if actual is not None and actual % 100 != expected % 100:
                 raise VerificationError(f"stage {stage.name!r}: put input {t} is {dtype_name(actual)}, "
                                         f"but the buffer expects {dtype_name(expected)}")
+    if stage.buffer and stage.buffer in view and put_types is not None:
+        shapes = view.node(stage.buffer).attr["shapes"].list.shape if "shapes" in view.node(stage.buffer).attr else []
+        if shapes and len(shapes) != len(carried):
+            raise VerificationError(f"stage {stage.name!r}: buffer {stage.buffer!r} declares {len(shapes)} shapes "
+                                    f"for {len(carried)} components")
+        for t, declared in zip(carried if shapes else (), shapes):
+            actual = view.output_shape(t)
+            if actual is not None and not _compatible(actual, declared):
+                raise VerificationError(f"stage {stage.name!r}: put input {t} has shape {_shape(actual)}, but the "
+                                        f"buffer declares {_shape(declared)}")
     if take_types is not None:
         for name in readers:
             for src, port in view.inputs(name):
@@ -80,3 +90,13 @@ def _verify_stage(view: GraphView, stage: StageBoundary, readers: list[str]) -> 
 
 def _names(types: list[int]) -> str:
     return ", ".join(dtype_name(t) for t in types)
+
+
+def _compatible(a, b) -> bool:
+    if a.unknown_rank or b.unknown_rank:
+        return True
+    return len(a.dim) == len(b.dim) and all(x.size < 0 or y.size < 0 or x.size == y.size for x, y in zip(a.dim, b.dim))
+
+
+def _shape(shape) -> str:
+    return "<unknown>" if shape.unknown_rank else "[" + ", ".join(str(d.size) if d.size >= 0 else "?" for d in shape.dim) + "]"

@@ -241,3 +241,22 @@ def test_wrong_custom_optimizer_parameter_is_a_config_error():
 
 
 _ = graph_pb2
+
+
+def test_boundary_shapes_come_from_output_shapes_and_are_verified():
+    from smartstage.errors import VerificationError
+    from smartstage.passes.find_stages import find_stages
+    from smartstage.graph import GraphView
+    from smartstage.verify import verify_graph
+
+    g = two_feature_graph()
+    for n in g.node:
+        if n.name in ("hash", "concat"):
+            n.attr["_output_shapes"].list.shape.add().dim.add(size=2 if n.name == "hash" else 3)
+    out = optimize(g, ON).graph_def
+    shapes = node(out, "stage/buffer").attr["shapes"].list.shape
+    assert [[d.size for d in s.dim] for s in shapes] == [[2], [3]]
+    stages, _ = find_stages(GraphView(out))
+    node(out, "hash").attr["_output_shapes"].list.shape[0].dim[0].size = 5
+    with pytest.raises(VerificationError, match=r"put input hash:0 has shape \[5\], but the buffer declares \[2\]"):
+        verify_graph(out, stages)
