@@ -170,17 +170,23 @@ def test_demo(tmp_path, capsys):
     assert load_graph(tmp_path / "after.meta").meta_graph_def is not None
 
 
-def test_the_installed_command_line(tmp_path):
-    """A real process (eager mode, as users run it): TensorBoard runs, and an error is one clean line."""
+def test_a_real_process(tmp_path):
+    """As users run it (a fresh process, eager mode on): TensorBoard runs, then an error as one clean line.
+    One process for both keeps TensorFlow's import cost to one."""
     write_graph(tiny_graph(), tmp_path / "in.pbtxt")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    ok = subprocess.run([sys.executable, "-m", "smartstage.cli", "optimize", str(tmp_path / "in.pbtxt"), "-o",
-                         str(tmp_path / "out.pbtxt"), "--tensorboard", str(tmp_path / "logs")],
-                        capture_output=True, text=True, env=env, timeout=300)
-    assert ok.returncode == 0, ok.stderr[-3000:]
+    script = (
+        "import sys\n"
+        "from smartstage.cli import main\n"
+        f"ok = main(['optimize', {str(tmp_path / 'in.pbtxt')!r}, '-o', {str(tmp_path / 'out.pbtxt')!r}, "
+        f"'--tensorboard', {str(tmp_path / 'logs')!r}])\n"
+        "print('exit', ok, file=sys.stderr)\n"
+        f"sys.exit(main(['diff', {str(tmp_path / 'in.pbtxt')!r}, {str(tmp_path / 'missing.pb')!r}]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    lines = done.stderr.strip().splitlines()
+    assert "exit 0" in lines, done.stderr[-3000:]
     assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["after", "before"]
-    bad = subprocess.run([sys.executable, "-m", "smartstage.cli", "diff", str(tmp_path / "in.pbtxt"),
-                          str(tmp_path / "missing.pb")], capture_output=True, text=True, env=env, timeout=300)
-    assert bad.returncode == 2
-    assert bad.stderr.strip().splitlines()[-1].startswith("smartstage: error: graph file")
-    assert "Traceback" not in bad.stderr
+    assert done.returncode == 2
+    assert lines[-1].startswith("smartstage: error: graph file") and "missing.pb" in lines[-1]
+    assert "Traceback" not in done.stderr
