@@ -12,7 +12,8 @@ partition's edits (the same edits as smartstage.rewrite.rebuild_boundary) on the
   cancel and size (`<stage>/smart_stage/...`, on the devices of the old ones) carrying the new
   boundary dtypes. The old ops stay in the graph, unused; the stage's StageDef (collection
   "smartstage_stages") and any QueueRunner of the stage now name the new ops, so the prefetch
-  threads run the new put and nothing runs the old one.
+  threads run the new put and nothing runs the old one. The old put is retired onto a queue of
+  its own (`retired_buffer`), so an exported copy shows no second stage.
 - Moved ops read the put's old inputs (Operation._update_input); main-side consumers read the new
   take; control edges that cross the cut are re-routed through the new put and take.
 - Device changes of later passes (gpu placement) are copied onto the live ops.
@@ -244,7 +245,10 @@ def _rebuild_stage(graph: tf.Graph, partition, record: LiveRewrite) -> LiveStage
             reads_take = any(t.op is new["take"] for t in op.inputs)
             _set_control_inputs(op, kept + ([] if reads_take else [new["take"]]))
 
-    # 3. The prefetch threads run the new put from now on.
+    # 3. The prefetch threads run the new put from now on. The old put is retired: it fills a queue
+    #    nobody takes from, so no tool that finds stages by the graph's shape (an exported copy has no
+    #    live record) takes the old buffer for a stage and runs its put, pulling batches from the input.
+    old["put"]._update_input(0, new["retired"].outputs[0])  # noqa: SLF001
     _update_stage_defs(graph, stage, new, partition.boundary_after)
     for qr in _queue_runners_of(graph, stage.put):
         qr._enqueue_ops = [new["put"] if op is old["put"] else op for op in qr._enqueue_ops]  # noqa: SLF001
@@ -252,7 +256,7 @@ def _rebuild_stage(graph: tf.Graph, partition, record: LiveRewrite) -> LiveStage
 
     # 4. What the session maps: old stage ops -> new ones, carried tensors -> new take outputs.
     for role, op in old.items():
-        if role in new:
+        if role in _ROLES:
             record.op_map[op.name] = new[role]
             for i, out in enumerate(op.outputs):
                 if role != "take" and i < len(new[role].outputs):
@@ -268,7 +272,7 @@ def _rebuild_stage(graph: tf.Graph, partition, record: LiveRewrite) -> LiveStage
                 record.tensor_map[out.name] = take_outputs[slot[out.name]]
     record.prefetch_nodes[old["take"].name] = stage.name
     return LiveStage(name=stage.name, old_ops={r: op.name for r, op in old.items()},
-                     new_ops={r: op.name for r, op in new.items()}, moved=tuple(partition.moved),
+                     new_ops={r: op.name for r, op in new.items() if r in _ROLES}, moved=tuple(partition.moved),
                      boundary=tuple(partition.boundary_after))
 
 
@@ -297,6 +301,9 @@ def _new_boundary_ops(graph, stage, old, boundary, partition, moved) -> dict[str
             new["cancel"] = gen_data_flow_ops.queue_close_v2(handle, cancel_pending_enqueues=True, name="cancel")
             new["size"] = gen_data_flow_ops.queue_size_v2(handle, name="size").op
         new["buffer"] = handle.op
+        with graph.device(old["put"].device):
+            new["retired"] = gen_data_flow_ops.fifo_queue_v2(
+                component_types=old["buffer"].get_attr("component_types"), capacity=1, name="retired_buffer").op
         with graph.device(old["put"].device), \
                 graph.control_dependencies(_dedupe(list(old["put"].control_inputs) + reroute_sources)):
             new["put"] = gen_data_flow_ops.queue_enqueue_v2(

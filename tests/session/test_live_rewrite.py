@@ -173,3 +173,22 @@ def test_a_queue_runner_stage_runs_the_new_put():
     assert runner.close_op.name == stage.new_ops["close"] and runner.cancel_op.name == stage.new_ops["cancel"]
     np.testing.assert_array_equal(before, after)
     assert before[0] == 6 * (0 + 1 + 2 + 3)   # batch 0 holds 0..3, tripled, two columns, w = 1
+
+
+def test_an_export_of_the_rewritten_graph_has_one_stage_and_runs_the_same():
+    """What a checkpoint's .meta holds: the new stage only (the old put is retired), and the same values."""
+    from smartstage.compare import run_steps
+
+    exports = {}
+    for on in (False, True):
+        graph = tf.Graph()
+        with graph.as_default():
+            model = small_model()
+        with Session(graph=graph, config=flag(on)):
+            exports[on] = tf.compat.v1.train.export_meta_graph(graph=graph)
+    again = ss.optimize(exports[True], ss.enable_smart_stage())
+    assert [p.stage.put for p in again.partitions] == [f"stage/{NEW_SCOPE}/put"]
+    assert not again.changed, "optimizing the rewritten graph again changes nothing"
+    before = run_steps(exports[False], [model.loss.name], steps=6)
+    after = run_steps(exports[True], [model.loss.name], steps=6)
+    np.testing.assert_array_equal(before.values, after.values)
