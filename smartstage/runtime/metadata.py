@@ -36,7 +36,10 @@ _NAME_FIELDS = (
     "size_node",
     "ready_buffer_node",
     "ready_put_node",
+    "stale_mark_node",
+    "reset_node",
 )
+_REPEATED_NAME_FIELDS = ("boundary_tensors", "source_nodes", "reset_trigger_nodes")
 
 
 def _rescope(stage_def: StageDef, rename) -> StageDef:
@@ -47,7 +50,9 @@ def _rescope(stage_def: StageDef, rename) -> StageDef:
         value = getattr(result, field)
         if value:
             setattr(result, field, rename(value))
-    result.boundary_tensors[:] = [rename(t) for t in result.boundary_tensors]
+    for field in _REPEATED_NAME_FIELDS:
+        values = getattr(result, field)
+        values[:] = [rename(t) for t in values]
     for feed in result.feeds:
         feed.placeholder = rename(feed.placeholder)
         feed.tensor = rename(feed.tensor)
