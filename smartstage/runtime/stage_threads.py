@@ -230,7 +230,8 @@ class StageThreads:
             if waited >= self.timeout_seconds * (put_state.warned + 1):
                 put_state.warned += 1
                 logger.warning(
-                    "stage %s: the put of prefetch thread %d has waited %.1f s (timeout_millis=%d); "
-                    "the buffer stays full because the main side takes no batch. The batch is kept and "
-                    "the put keeps waiting.", self.name, index, waited, self.stage_def.timeout_millis,
+                    "stage %s: the put of prefetch thread %d has waited %.1f s (timeout_millis=%d): "
+                    "the buffer is full because no step takes from it, or the put's input is slow. "
+                    "The batch is kept and the put keeps waiting.",
+                    self.name, index, waited, self.stage_def.timeout_millis,
                 )
