@@ -1,0 +1,346 @@
+"""auto_stage: insert a stage at every input source the training step reads that no stage covers.
+
+    before:  iterator -> IteratorGetNext -> decode -> hash -> lookup(w) -> loss
+    after:   iterator -> IteratorGetNext -> put ~~ take -> decode -> hash -> lookup(w) -> loss
+             (then partition and expand_stage move decode and hash in front of the put, as for any stage)
+
+An *input source* is an op that reads the next batch from outside the graph's dataflow: IteratorGetNext
+of an iterator, the QueueDequeueMany/UpTo of a tf.compat.v1.train.batch / shuffle_batch queue, a
+reader's read. Sources that read the same iterator, queue or reader are one source (one stage: a step
+reads all of them together); different ones are independent and get one stage each, in graph order.
+
+A source is staged unless it must keep its place; the reason goes to the report:
+- it is already upstream of a stage's put (that stage covers it: a graph with stages keeps them);
+- no target depends on it: the training step does not read it (an eval-only iterator, say);
+- it is fetched directly (a target): a loop that fetches the batch itself must read it synchronously;
+- it sits behind control flow, or reads an iterator chosen by a fed string handle: whether (or what)
+  it reads is decided per step;
+- nothing reads it.
+
+A stage at an initializable iterator (one with MakeIterator initializers) is emptied and refilled
+when an initializer runs; see smartstage.passes.stage_nodes and smartstage.runtime.reinit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from tensorflow.core.framework import graph_pb2
+
+from smartstage.errors import GraphError, NoStageError
+from smartstage.graph import CONTROL_PORT, GraphView, TensorName, input_string
+from smartstage.passes.find_stages import FIFO, StageBoundary
+from smartstage.passes.pins import CONTROL_FLOW_OPS, FEED_OPS
+from smartstage.passes.stage_nodes import StageNodes, StageSettings, stage_node_defs
+from smartstage.pipeline import PassContext, PassResult
+
+logger = logging.getLogger(__name__)
+
+ITERATOR_READS = {"IteratorGetNext", "IteratorGetNextSync"}
+QUEUE_READS = {"QueueDequeueManyV2", "QueueDequeueUpToV2", "QueueDequeueMany", "QueueDequeueUpTo"}
+READER_READS = {"ReaderReadV2", "ReaderReadUpToV2", "ReaderRead", "ReaderReadUpTo"}
+SOURCE_OPS = ITERATOR_READS | QUEUE_READS | READER_READS
+INITIALIZER_OPS = {"MakeIterator"}
+
+# Why a source keeps its place (SourceVerdict.kind).
+COVERED = "covered"
+NOT_READ = "not_read_by_step"
+FETCHED = "fetched_directly"
+CONTROL_FLOW = "control_flow"
+FED = "fed"
+UNUSED = "unused"
+
+
+@dataclass(frozen=True)
+class InputSource:
+    """The source ops that read one iterator, queue or reader (`resource`), in graph order."""
+
+    resource: str
+    kind: str  # "iterator", "queue" or "reader"
+    nodes: tuple[str, ...]
+    initializers: tuple[str, ...] = ()  # MakeIterator ops of the iterator: running one starts the input over
+
+    @property
+    def label(self) -> str:
+        return ", ".join(repr(n) for n in self.nodes)
+
+
+@dataclass(frozen=True)
+class SourceVerdict:
+    """What auto-stage did with one input source: `stage` inserted (kind ""), or why it kept its place."""
+
+    source: InputSource
+    stage: str = ""
+    kind: str = ""
+    reason: str = ""
+
+    @property
+    def staged(self) -> bool:
+        return not self.kind
+
+    def describe(self) -> str:
+        if self.staged:
+            return f"input source {self.source.label}: behind the new stage {self.stage!r}"
+        if self.kind == COVERED:
+            return f"input source {self.source.label}: already behind stage {self.stage!r} ({self.reason})"
+        return f"input source {self.source.label} stays synchronous: {self.reason}"
+
+
+@dataclass(frozen=True)
+class InsertedStage:
+    """One stage auto-stage added: its nodes (as first inserted, before any expansion) and its source."""
+
+    name: str
+    source: InputSource
+    carried: tuple[str, ...]
+    node_names: tuple[str, ...]
+    resettable: bool
+
+
+@dataclass(frozen=True)
+class AutoStageReport:
+    """Every input source with its verdict, and the stages inserted, in graph order."""
+
+    verdicts: tuple[SourceVerdict, ...] = ()
+    inserted: tuple[InsertedStage, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def kept(self) -> tuple[SourceVerdict, ...]:
+        return tuple(v for v in self.verdicts if not v.staged)
+
+
+# -- analysis ---------------------------------------------------------------------------------------
+
+
+def find_input_sources(view: GraphView) -> list[InputSource]:
+    """Every input source of the graph, grouped by the iterator, queue or reader it reads, in graph order."""
+    groups: dict[str, list[str]] = {}
+    for name in view.nodes_of_type(SOURCE_OPS):
+        handle = view.data_inputs(name)[:1]
+        if handle:
+            groups.setdefault(handle[0].node, []).append(name)
+    sources = []
+    for resource, nodes in groups.items():
+        op = view.op(nodes[0])
+        kind = "iterator" if op in ITERATOR_READS else "queue" if op in QUEUE_READS else "reader"
+        initializers = ()
+        if kind == "iterator":
+            initializers = tuple(c for c, index, _ in view.fanouts(resource)
+                                 if view.op(c) in INITIALIZER_OPS and index == 1)
+        sources.append(InputSource(resource, kind, tuple(nodes), tuple(dict.fromkeys(initializers))))
+    return sorted(sources, key=lambda s: view.position(s.nodes[0]))
+
+
+def judge_sources(view: GraphView, sources: list[InputSource], stages: list[StageBoundary],
+                  targets: set[str], feeds: set[str]) -> list[SourceVerdict]:
+    """Which sources get a stage, and why the others keep their place (analysis only)."""
+    covering: dict[str, str] = {}
+    for stage in stages:
+        for name in view.ancestors([stage.put]):
+            covering.setdefault(name, stage.name)
+    read_by_step = view.ancestors(targets) if targets else None
+    verdicts = []
+    for source in sources:
+        verdicts.append(_judge(view, source, covering, read_by_step, targets, feeds))
+    return verdicts
+
+
+def _judge(view: GraphView, source: InputSource, covering: dict[str, str], read_by_step: set[str] | None,
+           targets: set[str], feeds: set[str]) -> SourceVerdict:
+    def keep(kind: str, reason: str, stage: str = "") -> SourceVerdict:
+        return SourceVerdict(source, stage=stage, kind=kind, reason=reason)
+
+    for name in source.nodes:
+        if name in covering:
+            return keep(COVERED, f"{name!r} is upstream of its put", covering[name])
+    fetched = [n for n in source.nodes if n in targets]
+    if fetched:
+        return keep(FETCHED, f"{fetched[0]!r} is fetched directly (a target): a loop that fetches the batch "
+                             "itself, such as an eval loop, must read it in its own step")
+    for name in view.ancestors(source.nodes):
+        op = view.op(name)
+        if op in CONTROL_FLOW_OPS:
+            return keep(CONTROL_FLOW, f"it sits behind control flow ({name!r}, {op}): whether it reads a batch is "
+                                      "decided in each step, so no batch can be read ahead")
+        if op in FEED_OPS or name in feeds:
+            return keep(FED, f"it depends on the fed {name!r} ({op}), e.g. a feedable iterator's string handle: "
+                             "what it reads is decided by each step's feed")
+    if not any(view.fanouts(n) for n in source.nodes):
+        return keep(UNUSED, "nothing reads it")
+    if read_by_step is not None and not any(n in read_by_step for n in source.nodes):
+        return keep(NOT_READ, "no target depends on it, so the training step does not read it (an iterator "
+                              "only an eval loop reads, say); pass the eval fetches as targets to stage it too")
+    return SourceVerdict(source)
+
+
+# -- the edit -----------------------------------------------------------------------------------------
+
+
+def settings_of(options) -> StageSettings:
+    """The StageSettings of an AutoStageOptions."""
+    from smartstage.runtime.metadata import error_codes
+
+    return StageSettings(
+        capacity=options.capacity, num_threads=options.num_threads, num_clients=options.num_clients,
+        timeout_millis=options.timeout_millis,
+        closed_error_codes=tuple(error_codes(options.closed_exception_types, "AutoStageOptions.closed_exception_types")),
+        ignored_error_codes=tuple(error_codes(options.ignored_exception_types,
+                                              "AutoStageOptions.ignored_exception_types")),
+        use_stage_subgraph_thread_pool=options.use_stage_subgraph_thread_pool,
+        stage_subgraph_thread_pool_id=options.stage_subgraph_thread_pool_id,
+        stage_subgraph_stream_id=options.stage_subgraph_stream_id,
+    )
+
+
+def _unique_scope(view: GraphView, base: str, taken: set[str]) -> str:
+    """`base`, `base_1`, ...: the first name no node uses, neither as its name nor as a name scope."""
+    if not taken:
+        taken.update(view.names())
+        taken.update(n.rsplit("/", k)[0] for n in list(taken) for k in range(1, n.count("/") + 1))
+    candidate, i = base, 0
+    while candidate in taken:
+        i += 1
+        candidate = f"{base}_{i}"
+    taken.add(candidate)
+    return candidate
+
+
+def _carried(view: GraphView, source: InputSource) -> list[TensorName]:
+    """The source outputs some node reads, in (source, port) order: what the put carries."""
+    used: dict[TensorName, None] = {}
+    for name in source.nodes:
+        ports = sorted({port for _, _, port in view.fanouts(name) if port != CONTROL_PORT})
+        for port in ports:
+            used[TensorName(name, port)] = None
+    return list(used)
+
+
+def _shape(view: GraphView, tensor: TensorName):
+    shape = view.output_shape(tensor)
+    if shape is None:
+        node = view.node(tensor.node)
+        if "output_shapes" in node.attr and tensor.port < len(node.attr["output_shapes"].list.shape):
+            shape = node.attr["output_shapes"].list.shape[tensor.port]
+    return shape
+
+
+def _build(view: GraphView, source: InputSource, name: str, settings: StageSettings) -> StageNodes:
+    from smartstage.runtime.stage import _missing_hook_message
+
+    carried = _carried(view, source)
+    dtypes = []
+    for tensor in carried:
+        dtype = view.dtype_of(tensor)
+        if dtype is None:
+            raise GraphError(f"auto-stage: the dtype of {tensor} (op {view.op(tensor.node)}) cannot be known, so no "
+                             "stage can carry it; load the op library that defines it, or stage the input by hand")
+        dtypes.append(dtype)
+    return stage_node_defs(
+        name, [str(t) for t in carried], dtypes, [_shape(view, t) for t in carried],
+        view.node(source.nodes[0]).device, settings, sources=list(source.nodes),
+        reset_triggers=list(source.initializers), ready_message=_missing_hook_message(name))
+
+
+def insert_stages(graph_def: graph_pb2.GraphDef, view: GraphView, chosen: list[tuple[InputSource, StageNodes]]
+                  ) -> graph_pb2.GraphDef:
+    """A new GraphDef with each stage inserted at its source: readers of the source read the take,
+    initializers first leave a stale mark. Nodes stay in topological order: a stage's other nodes
+    go before its source (and before the iterator's initializers), its put right after the source."""
+    work = graph_pb2.GraphDef()
+    work.CopyFrom(graph_def)
+    before: dict[int, list] = {}
+    after: dict[int, list] = {}
+    for source, nodes in chosen:
+        take = nodes.stage_def.take_node
+        slot = {tensor: j for j, tensor in enumerate(nodes.stage_def.boundary_tensors)}
+        for src in source.nodes:
+            for consumer, index, port in view.fanouts(src):
+                node = work.node[view.position(consumer)]
+                if port == CONTROL_PORT:
+                    node.input[index] = "^" + take
+                else:
+                    node.input[index] = input_string(take, slot[f"{src}:{port}"])
+        for initializer in source.initializers:
+            work.node[view.position(initializer)].input.append("^" + nodes.stage_def.stale_mark_node)
+        first = min(view.position(n) for n in source.nodes + source.initializers)
+        before.setdefault(first, []).extend(nodes.early)
+        after.setdefault(max(view.position(n) for n in source.nodes), []).append(nodes.put)
+    for node in work.node:  # a control edge re-routed onto a take that is also read, or twice
+        if any(s.startswith("^") for s in node.input) and len(set(node.input)) != len(node.input):
+            _dedupe_controls(node)
+    new = graph_pb2.GraphDef()
+    new.CopyFrom(work)
+    del new.node[:]
+    start = 0
+    for position in sorted(set(before) | set(after)):
+        if position in before:
+            new.node.extend(work.node[start:position])
+            new.node.extend(before[position])
+            start = position
+        if position in after:
+            new.node.extend(work.node[start:position + 1])
+            new.node.extend(after[position])
+            start = position + 1
+    new.node.extend(work.node[start:])
+    return new
+
+
+def _dedupe_controls(node) -> None:
+    data = [s for s in node.input if not s.startswith("^")]
+    read = {s.split(":")[0] for s in data}
+    control = [s for s in dict.fromkeys(s for s in node.input if s.startswith("^")) if s[1:] not in read]
+    del node.input[:]
+    node.input.extend(data + control)
+
+
+class AutoStage:
+    """Pass: a stage at every input source the training step reads that no stage covers."""
+
+    name = "auto_stage"
+
+    def run(self, graph_def: graph_pb2.GraphDef, ctx: PassContext) -> PassResult:
+        options = ctx.options.auto_stage
+        view = ctx.view_of(graph_def)
+        sources = find_input_sources(view)
+        verdicts = judge_sources(view, sources, ctx.stages, ctx.targets, ctx.feeds)
+        notes = [] if ctx.targets else [
+            "auto-stage: no targets are known (no train_op collection, no targets=...): every input source "
+            "counts as read by the training step"]
+        settings = settings_of(options)
+        taken: set[str] = set()
+        chosen: list[tuple[InputSource, StageNodes]] = []
+        final: list[SourceVerdict] = []
+        for verdict in verdicts:
+            if verdict.staged:
+                nodes = _build(view, verdict.source, _unique_scope(view, options.name, taken), settings)
+                chosen.append((verdict.source, nodes))
+                verdict = SourceVerdict(verdict.source, stage=nodes.name)
+            final.append(verdict)
+        lines = [v.describe() for v in final] + notes
+        ctx.notes = ctx.notes + [v.describe() for v in final if not v.staged] + notes
+        if not chosen and not ctx.stages:
+            raise NoStageError(
+                "the graph has no stage boundary, and auto-stage found no input source to stage"
+                + (": " + "; ".join(v.describe() for v in final) if final else
+                   " (no IteratorGetNext, queue DequeueMany/UpTo or reader read)")
+                + ". Wrap your parsed features with smartstage.staged(...) after the input pipeline")
+        inserted = tuple(InsertedStage(nodes.name, source, tuple(nodes.stage_def.boundary_tensors), nodes.names,
+                                       bool(source.initializers)) for source, nodes in chosen)
+        report = AutoStageReport(tuple(final), inserted, tuple(notes))
+        ctx.extra["auto_stage"] = report
+        if not chosen:
+            return PassResult(graph_def, changed=False, summary=tuple(lines), details=report)
+        new = insert_stages(graph_def, view, chosen)
+        for source, nodes in chosen:
+            ctx.stages.append(StageBoundary(
+                name=nodes.name, kind=FIFO, put=nodes.put.name, take=nodes.stage_def.take_node,
+                buffer=nodes.stage_def.buffer_node,
+                related=(nodes.stage_def.close_node, nodes.stage_def.cancel_node, nodes.stage_def.size_node),
+                origin="auto", stage_def=nodes.stage_def))
+            extra = f"; emptied and refilled when {list(source.initializers)} run" if source.initializers else ""
+            lines.append(f"{nodes.name}: inserted at {source.label}, carrying {len(nodes.stage_def.boundary_tensors)} "
+                         f"tensor(s){extra}")
+        logger.debug("auto_stage: inserted %s", [nodes.name for _, nodes in chosen])
+        return PassResult(new, changed=True, summary=tuple(lines), details=report)
