@@ -70,13 +70,37 @@ def has_task(spec: DeviceSpec) -> bool:
     return spec.job is not None or spec.replica is not None or spec.task is not None
 
 
-def stage_task(devices: Iterable[str]) -> DeviceSpec:
-    """The task of a stage: that of the first of `devices` (put, take, buffer) naming one; empty if none does."""
-    for device in devices:
-        spec = task_spec(device)
-        if has_task(spec):
-            return spec
+def stage_task(*candidates: Iterable[str]) -> DeviceSpec:
+    """The task of a stage, from groups of device strings in order of authority (say: its own ops, then
+    its readers): the first group naming a task decides. Within it the tasks named are merged when they
+    agree ("/job:worker/task:1" and "/job:worker/replica:0/task:1" give the latter), else the most common
+    wins (ties: the smallest); so the answer never depends on the order of the strings."""
+    for devices in candidates:
+        tasks = [task_spec(d) for d in devices]
+        tasks = [t for t in tasks if has_task(t)]
+        if not tasks:
+            continue
+        merged = tasks[0]
+        for t in tasks[1:]:
+            merged = merge_compatible(merged, t)
+            if merged is None:
+                break
+        if merged is not None:
+            return merged
+        best = most_common(t.to_string() for t in tasks)
+        return parse_device(best)
     return DeviceSpec()
+
+
+def merge_compatible(a: DeviceSpec, b: DeviceSpec) -> DeviceSpec | None:
+    """The union of two device specs' fields, or None when a field is set differently in each."""
+    fields = ("job", "replica", "task", "device_type", "device_index")
+    for f in fields:
+        va, vb = getattr(a, f), getattr(b, f)
+        if va is not None and vb is not None and (va.upper() if isinstance(va, str) and f == "device_type" else va) \
+                != (vb.upper() if isinstance(vb, str) and f == "device_type" else vb):
+            return None
+    return a.make_merged_spec(b)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -111,12 +135,11 @@ def covers(wanted: str, device: str) -> bool:
 
 
 def most_common(devices: Iterable[str]) -> str | None:
-    """The most frequent device string (first seen wins a tie), or None."""
+    """The most frequent device string (the smallest string wins a tie, whatever the order), or None."""
     counts = Counter(devices)
     if not counts:
         return None
-    best = max(counts.values())
-    return next(d for d in counts if counts[d] == best)
+    return min(counts, key=lambda d: (-counts[d], d))
 
 
 # -- kernels and memory types ----------------------------------------------------------------------
@@ -430,7 +453,7 @@ def prefetch_sides(view: GraphView, stages: Iterable[StageBoundary]) -> Prefetch
 
 __all__ = [
     "ALWAYS_ON_HOST", "CPU", "DEVICE", "DeviceSpec", "ColocationGroups", "GPU", "HOST", "PrefetchSides",
-    "cpu_device_for", "covers", "device_type", "has_kernel", "has_task", "input_memory", "is_gpu",
+    "cpu_device_for", "covers", "merge_compatible", "device_type", "has_kernel", "has_task", "input_memory", "is_gpu",
     "kernel_for", "most_common", "output_memory", "parse_device", "prefetch_sides", "registered_kernels",
     "same_device", "stage_task", "task_spec",
 ]

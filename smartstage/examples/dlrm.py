@@ -1,8 +1,14 @@
 """A DLRM-like model on the Criteo-like CSV.
 
-    parsed -> stage -> preprocess -> dense [B,13] -> bottom MLP ----------------------\\
-                                  -> ids -> embeddings(w) [B,D] each -> stack [B,F,D] -> dot interaction
-                                                                      -> top MLP -> logit -> loss -> Adagrad
+    parsed -> stage -> preprocess -> dense [B,13] -> bottom MLP -------------------------\\
+                                  -> C1..C26 ids -> embeddings(w) [B,D] -> stack [B,27,D] -> dot interaction
+                                  -> bucket, cross ids -> offset, concat -> embedding(w) --> concat -> top MLP
+                                                                                   -> logit -> loss -> Adagrad
+
+As in DLRM, the 26 categorical features and the bottom MLP's output interact pairwise. The
+engineered features (bucketized dense values, crosses) share one embedding table (their ids
+offset into one space, averaged) that joins after the interaction: adding crosses grows the
+preprocessing, not the number of variables or the interaction.
 
 The embedding lookups, the MLPs and the optimizer read variables and stay on the main side;
 everything in `preprocess` (and the optimizer's index arithmetic) may move to the prefetch side.
@@ -15,8 +21,9 @@ from typing import Mapping, Optional
 import numpy as np
 import tensorflow as tf
 
+from smartstage.examples.data import CATEGORICAL_COLUMNS
 from smartstage.examples.feature_pipeline import build_feature_pipeline
-from smartstage.examples.features import categorical_inputs
+from smartstage.examples.features import CategoricalInput, categorical_inputs, combined_ids
 from smartstage.examples.inputs import finish_initialization
 from smartstage.examples.layers import Seeds, embed, embedding_table, mlp
 from smartstage.examples.options import DLRMOptions, InputOptions, ModelGraph, StageFn, no_stage
@@ -34,6 +41,36 @@ def dot_interaction(bottom: tf.Tensor, embeddings: list[tf.Tensor]) -> tf.Tensor
         rows, cols = np.triu_indices(num, k=1)
         pairs = tf.gather(products, tf.constant((rows * num + cols).astype(np.int32)), axis=1)
         return tf.concat([bottom, pairs], axis=1)
+
+
+def _embeddings(
+    inputs: list[CategoricalInput], options: DLRMOptions, seeds: Seeds
+) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
+    """[B, D] vectors of the categorical columns (to interact) and of the engineered features.
+
+    fused_embedding: the single-valued columns share one table, their ids offset into it and
+    stacked, so one gather and one sparse update serve them all (fewer, bigger ops).
+    """
+    dim = options.embedding_dim
+    columns = [feature for feature in inputs if feature.name in CATEGORICAL_COLUMNS]
+    extra = [feature for feature in inputs if feature.name not in CATEGORICAL_COLUMNS]
+    fused = [feature for feature in columns if options.fused_embedding and feature.ids is not None]
+    interacting = []
+    if fused:
+        offsets = np.cumsum([0] + [feature.num_ids for feature in fused])
+        with tf.name_scope("fused_ids"):
+            ids = tf.stack([feature.ids + int(off) for feature, off in zip(fused, offsets)], axis=1)
+        table = embedding_table("fused", int(offsets[-1]), dim, seeds)
+        interacting.extend(tf.unstack(tf.nn.embedding_lookup(table, ids, name="embed_fused"), axis=1))
+    for feature in columns:
+        if feature not in fused:
+            interacting.append(embed(embedding_table(feature.name, feature.num_ids, dim, seeds), feature))
+    engineered = []
+    if extra:
+        ids, num_ids = combined_ids(extra, "engineered_ids")
+        table = embedding_table("engineered", num_ids, dim, seeds)
+        engineered.append(embed(table, CategoricalInput("engineered", num_ids, sparse_ids=ids)))
+    return interacting, engineered
 
 
 def build_dlrm(
@@ -61,13 +98,11 @@ def build_dlrm(
         features = pipeline.features
         with tf.compat.v1.variable_scope("dlrm"):
             bottom = mlp(features["dense"], (*options.bottom_mlp, options.embedding_dim), "bottom_mlp", seeds)
-            embeddings = []
+            inputs = categorical_inputs(features, feats, pipeline.tables)
             with tf.compat.v1.variable_scope("embeddings"):
-                for feature in categorical_inputs(features, feats, pipeline.tables):
-                    table = embedding_table(feature.name, feature.num_ids, options.embedding_dim, seeds)
-                    embeddings.append(embed(table, feature))
-            interaction = dot_interaction(bottom, embeddings)
-            hidden = mlp(interaction, options.top_mlp, "top_mlp", seeds)
+                interacting, engineered = _embeddings(inputs, options, seeds)
+            top_input = tf.concat([dot_interaction(bottom, interacting), *engineered], axis=1, name="top_input")
+            hidden = mlp(top_input, options.top_mlp, "top_mlp", seeds)
             logits = mlp(hidden, (1,), "logit", seeds, last_activation=False)
         labels = features["label"]
         loss = tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits)  # joins the LOSSES collection

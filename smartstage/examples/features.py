@@ -186,3 +186,24 @@ def categorical_inputs(
             ids = sparse_feature(features, f"cross/{name}")
             inputs.append(CategoricalInput(name, options.cross_hash_size, sparse_ids=ids))
     return inputs
+
+
+def combined_ids(inputs: list[CategoricalInput], name: str) -> tuple[tf.SparseTensor, int]:
+    """All features' ids in one [B, n] SparseTensor, each offset past the previous id spaces.
+
+    One lookup in one table of `num_ids` rows then serves them all (a shared weight table):
+
+        C1 ids [B] + C25 ids (sparse) + C1_C2 ids (sparse)  ->  [B, 1 + k + m] ids in [0, total)
+    """
+    with tf.name_scope(name):
+        parts, offset = [], 0
+        for feature in inputs:
+            if feature.sparse_ids is not None:
+                sparse = feature.sparse_ids
+            else:
+                rows = tf.range(tf.shape(feature.ids, out_type=tf.int64)[0], dtype=tf.int64)
+                indices = tf.stack([rows, tf.zeros_like(rows)], axis=1)
+                sparse = tf.SparseTensor(indices, feature.ids, tf.stack([tf.size(rows, out_type=tf.int64), 1]))
+            parts.append(tf.SparseTensor(sparse.indices, sparse.values + offset, sparse.dense_shape))
+            offset += feature.num_ids
+        return tf.sparse.concat(axis=1, sp_inputs=parts), offset

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 from dataclasses import replace
@@ -49,17 +50,22 @@ def _cases(files: CriteoFiles, benchmark_sizes: bool, batch_size: int) -> list[t
     ]
 
 
-def measure(build: Callable[[], ModelGraph], steps: int) -> tuple[float, float, float, int]:
-    """(build seconds, train steps/sec, input-side batches/sec, graph nodes) of one example."""
+def measure(build: Callable[[], ModelGraph], steps: int, repeats: int = 1) -> tuple[float, float, float, int]:
+    """(build seconds, train steps/sec, input-side batches/sec, graph nodes) of one example.
+
+    The rates are medians over `repeats` sessions, alternating train and input side.
+    """
     graph = tf.Graph()
     with graph.as_default():
         start = time.perf_counter()
         model = build()
         built = time.perf_counter() - start
         input_side = tf.group(*model.preprocessed.values(), name="input_side")
-    train = steps_per_second(graph, model.train_op, steps, init_op=model.init_op)
-    read = steps_per_second(graph, input_side, steps, init_op=model.init_op)
-    return built, train, read, len(graph.as_graph_def().node)
+    train, read = [], []
+    for _ in range(repeats):
+        train.append(steps_per_second(graph, model.train_op, steps, init_op=model.init_op))
+        read.append(steps_per_second(graph, input_side, steps, init_op=model.init_op))
+    return built, statistics.median(train), statistics.median(read), len(graph.as_graph_def().node)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -69,6 +75,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--steps", type=int, default=200, help="timed steps per model (default 200)")
     parser.add_argument("--batch-size", type=int, default=None, help="default 32, or 512 with --benchmark-sizes")
     parser.add_argument("--benchmark-sizes", action="store_true", help="DLRMOptions/WideDeepOptions.benchmark()")
+    parser.add_argument("--repeats", type=int, default=1, help="sessions per model; rates are medians")
     parser.add_argument("--only", default="", help="run only the models whose name contains this")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -80,7 +87,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{'model':24} {'build s':>8} {'train steps/s':>14} {'input batches/s':>16} {'nodes':>7}")
         for name, build in _cases(files, args.benchmark_sizes, batch_size):
             if args.only in name:
-                built, train, read, nodes = measure(build, args.steps)
+                built, train, read, nodes = measure(build, args.steps, args.repeats)
                 print(f"{name:24} {built:8.2f} {train:14.1f} {read:16.1f} {nodes:7d}", flush=True)
     return 0
 

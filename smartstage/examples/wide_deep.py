@@ -1,8 +1,8 @@
 """A Wide&Deep-like model on the Criteo-like CSV.
 
-    parsed -> stage -> preprocess -> ids, crosses, buckets -> offset, sparse concat -> linear weights(w) --\\
-                                  -> ids -> embeddings(w) + dense -> concat -> deep MLP -> + -> logit
-                                                                                  -> loss -> Ftrl (wide) + Adam (deep)
+    parsed -> stage -> preprocess -> ids, crosses, buckets -> offset, sparse concat -> linear weights(w) -\\
+                                  -> ids -> embeddings(w) + dense -> concat -> deep MLP --------------> + -> logit
+        logit -> loss -> gradients -> Ftrl (wide) + Adagrad or Adam (deep)
 
 The wide part is one linear weight vector over the union of every categorical id space (hashed
 crosses included): each feature's ids are offset into it and all are concatenated into one
@@ -17,29 +17,10 @@ from typing import Mapping, Optional
 import tensorflow as tf
 
 from smartstage.examples.feature_pipeline import build_feature_pipeline
-from smartstage.examples.features import CategoricalInput, categorical_inputs
+from smartstage.examples.features import CategoricalInput, categorical_inputs, combined_ids
 from smartstage.examples.inputs import finish_initialization
 from smartstage.examples.layers import Seeds, embed, embedding_table, mlp
 from smartstage.examples.options import InputOptions, ModelGraph, StageFn, WideDeepOptions, no_stage
-
-
-def wide_ids(inputs: list[CategoricalInput]) -> tuple[tf.SparseTensor, int]:
-    """All features' ids in one [B, n] SparseTensor, each offset past the previous id spaces.
-
-        C1 ids [B] + C25 ids (sparse) + C1_C2 ids (sparse)  ->  [B, 1 + k + m] ids in [0, total)
-    """
-    with tf.name_scope("wide_ids"):
-        parts, offset = [], 0
-        for feature in inputs:
-            if feature.sparse_ids is not None:
-                sparse = feature.sparse_ids
-            else:
-                rows = tf.range(tf.shape(feature.ids, out_type=tf.int64)[0], dtype=tf.int64)
-                indices = tf.stack([rows, tf.zeros_like(rows)], axis=1)
-                sparse = tf.SparseTensor(indices, feature.ids, tf.stack([tf.size(rows, out_type=tf.int64), 1]))
-            parts.append(tf.SparseTensor(sparse.indices, sparse.values + offset, sparse.dense_shape))
-            offset += feature.num_ids
-        return tf.sparse.concat(axis=1, sp_inputs=parts), offset
 
 
 def build_wide_deep(
@@ -65,7 +46,8 @@ def build_wide_deep(
         features = pipeline.features
         with tf.compat.v1.variable_scope("wide_deep") as model_scope:
             with tf.compat.v1.variable_scope("wide"):
-                ids, num_ids = wide_ids(categorical_inputs(features, feats, pipeline.tables, crosses=True))
+                inputs = categorical_inputs(features, feats, pipeline.tables, crosses=True)
+                ids, num_ids = combined_ids(inputs, "wide_ids")
                 weights = embedding_table("weights", num_ids, 1, seeds)
                 linear = embed(weights, CategoricalInput("wide", num_ids, sparse_ids=ids), combiner="sum")
                 bias = tf.compat.v1.get_variable("bias", shape=[1], initializer=tf.compat.v1.zeros_initializer())
@@ -90,7 +72,11 @@ def build_wide_deep(
         wide_train = tf.compat.v1.train.FtrlOptimizer(options.wide_learning_rate).apply_gradients(
             list(zip(grads[: len(wide_vars)], wide_vars)), name="wide_train"
         )
-        deep_train = tf.compat.v1.train.AdamOptimizer(options.deep_learning_rate).apply_gradients(
+        if options.deep_optimizer == "adam":  # TF1 Adam decays its slots densely: slow on big tables
+            deep_optimizer = tf.compat.v1.train.AdamOptimizer(options.deep_learning_rate)
+        else:
+            deep_optimizer = tf.compat.v1.train.AdagradOptimizer(options.deep_learning_rate)
+        deep_train = deep_optimizer.apply_gradients(
             list(zip(grads[len(wide_vars):], deep_vars)), global_step=global_step, name="deep_train"
         )
         train_op = tf.group(wide_train, deep_train, name="train_op")

@@ -47,7 +47,8 @@ from smartstage.passes.pins import FEED_OPS, FUNCTIONAL_OPS
 from smartstage.pipeline import PassContext, PassResult
 from smartstage.placement import (
     ALWAYS_ON_HOST, CPU, DEVICE, GPU, HOST, ColocationGroups, PrefetchSides, covers, cpu_device_for,
-    has_kernel, input_memory, is_gpu, most_common, parse_device, prefetch_sides, same_device, stage_task,
+    DeviceSpec, has_kernel, has_task, input_memory, is_gpu, merge_compatible, most_common, parse_device,
+    prefetch_sides, same_device, stage_task, task_spec,
 )
 
 logger = logging.getLogger(__name__)
@@ -234,10 +235,17 @@ class _Planner:
         self.sides: PrefetchSides = prefetch_sides(view, stages)
         self.groups = ColocationGroups(view)
         self.edits = _Edits(view)
-        # A stage's task: the one its put, take or buffer names; else the one its main-side readers name.
-        self.task = {s.name: stage_task([view.node(n).device for n in (s.put, s.take, s.buffer) if n]
-                                        + [view.node(f.consumer).device for f in view.fanouts(s.take)])
-                     for s in stages}
+        # Where each stage's main side reads it (its GPU), and the task of the stage: that GPU's task, else
+        # the one the stage's ops name, else the one its readers name. Both come from the graph as it was,
+        # so a second run finds the same answers (the buffer has moved to that GPU by then).
+        self.main_gpu: dict[str, str | None] = {}
+        self.task: dict[str, DeviceSpec] = {}
+        for s in stages:
+            base = stage_task([view.node(n).device for n in s.ops],
+                              [view.node(f.consumer).device for f in view.fanouts(s.take)])
+            self.main_gpu[s.name] = self._main_gpu(s, base)
+            gpu_task = task_spec(self.main_gpu[s.name] or "")
+            self.task[s.name] = gpu_task if has_task(gpu_task) else base
         self.changes: dict[str, list[DeviceChange]] = {s.name: [] for s in stages}
         self.kept: dict[str, list[KeptNode]] = {s.name: [] for s in stages}
         self.copies: dict[str, list[tuple[str, str]]] = {s.name: [] for s in stages}
@@ -273,10 +281,23 @@ class _Planner:
         for name in sorted(wanted):
             if name in decided:
                 continue
-            target = wanted[name]
             members = self.groups.group(name)
             decided.update(m for m in members if m in wanted)
-            problem = self._group_problem(name, members, target, wanted)
+            # Members may name the same CPU more or less fully ("/job:w/task:1" and "/job:w/replica:0/task:1"):
+            # the group takes the fullest name they agree on.
+            target: str | None = wanted[name]
+            for m in members:
+                if m in wanted and target is not None:
+                    merged = merge_compatible(parse_device(target), parse_device(wanted[m]))
+                    target = merged.to_string() if merged is not None else None
+            if target is None:
+                problem = "its colocation group spans CPUs of different tasks: " + ", ".join(
+                    sorted({wanted[m] for m in members if m in wanted}))
+            else:
+                for m in members:
+                    if m in wanted:
+                        wanted[m] = target
+                problem = self._group_problem(name, members, target, wanted)
             stage = first_owner[name]
             if problem:
                 for m in members:
@@ -404,17 +425,22 @@ class _Planner:
         return ""
 
     # -- 3. the buffer -> the main side's GPU ------------------------------------------------------
-    def _main_gpu(self, stage: StageBoundary) -> str | None:
-        task = self.task[stage.name]
+    def _main_gpu(self, stage: StageBoundary, task: DeviceSpec) -> str | None:
+        """The GPU the main side reads `stage` on: one the buffer's ops name (take, put, buffer first), else the
+        most common GPU of the take's main-side readers, else the main_device option; None if none is known."""
 
         def full(device: str) -> str:
             return task.make_merged_spec(parse_device(device)).to_string()
 
-        take_device = self.edits.device_of(stage.take)
-        if is_gpu(take_device):
-            return full(take_device)
-        readers = [self.edits.device_of(f.consumer) for f in self.view.fanouts(stage.take) if f.port != CONTROL_PORT]
-        common = most_common(d for d in readers if is_gpu(d))
+        view = self.view
+        buffer_ops = set(self.groups.group(stage.buffer or stage.put)) | set(stage.ops)
+        first = [n for n in (stage.take, stage.put, stage.buffer) if n]
+        for name in first + sorted(buffer_ops - set(first)):
+            if is_gpu(view.node(name).device):
+                return full(view.node(name).device)
+        readers = [view.node(f.consumer).device for f in view.fanouts(stage.take)
+                   if f.port != CONTROL_PORT and f.consumer not in self.sides.owners]
+        common = most_common(parse_device(d).to_string() for d in readers if is_gpu(d))
         if common:
             return full(common)
         if self.main_device:
@@ -425,7 +451,7 @@ class _Planner:
         view, edits = self.view, self.edits
         buffer_node = stage.buffer or stage.put
         before = view.node(buffer_node).device
-        main_gpu = self._main_gpu(stage)
+        main_gpu = self.main_gpu[stage.name]
         notes: list[str] = []
         boundary: list[BoundaryCopy] = []
         if main_gpu is None:
@@ -448,7 +474,9 @@ class _Planner:
             else:
                 notes.append("no boundary tensor is read in GPU memory on the main side: the buffer stays on "
                              f"{before or 'no device'}")
-            on_gpu = is_gpu(edits.device_of(buffer_node))
+            # The placer keeps a buffer's ops together: one of them on a GPU puts the buffer there.
+            buffer_ops = sorted(set(self.groups.group(buffer_node)) | set(stage.ops))
+            on_gpu = any(is_gpu(edits.device_of(m)) for m in buffer_ops)
             if on_gpu:
                 self._set_hostmem(stage, memory)
             boundary = self._describe_boundary(stage, memory, on_gpu, main_gpu)
@@ -464,7 +492,7 @@ class _Planner:
         view = self.view
         dtypes = view.output_dtypes(stage.take) or []
         readers: dict[int, list[tuple[str, int]]] = {}
-        for f in view.fanouts(stage.take):
+        for f in sorted(view.fanouts(stage.take)):  # sorted: the verdict and its reason never depend on order
             if f.port != CONTROL_PORT:
                 readers.setdefault(f.port, []).append((f.consumer, f.index))
         result = []
@@ -522,7 +550,7 @@ class _Planner:
         carried = stage.put_data_inputs(view)
         dtypes = view.output_dtypes(stage.take) or []
         readers: dict[int, list] = {}
-        for f in view.fanouts(stage.take):
+        for f in sorted(view.fanouts(stage.take)):
             readers.setdefault(f.port, []).append(f)
         result = []
         for j, (where, reason) in enumerate(memory):

@@ -11,6 +11,7 @@ import tensorflow as tf
 from smartstage.examples import (
     DLRMOptions,
     InputOptions,
+    WideDeepOptions,
     build_demo,
     build_dlrm,
     build_wide_deep,
@@ -185,3 +186,15 @@ def test_timing_cli_smoke(capsys):
     assert timing.main(["--rows", "200", "--steps", "3", "--only", "demo"]) == 0
     out = capsys.readouterr().out
     assert "train steps/s" in out and "demo" in out
+
+
+def test_dlrm_benchmark_sizes_train(criteo):
+    # A fused embedding table, many crosses, every dense column bucketized.
+    opts = InputOptions(batch_size=64)
+    _, losses = train(build_dlrm, criteo, steps=2, options=DLRMOptions.benchmark(), input_options=opts)
+    assert len(losses) == 2 and np.all(np.isfinite(losses))
+
+
+def test_wide_deep_rejects_an_unknown_optimizer():
+    with pytest.raises(ValueError, match="deep_optimizer"):
+        WideDeepOptions(deep_optimizer="sgd")
