@@ -3,17 +3,17 @@
     features = ss.staged(parse(batch))                 # the runtime: a stage on stock TensorFlow
     result = ss.optimize(graph_def, config)            # the optimizer: grow the stage, offline
     print(result.summary()); result.graph_def          # inspect, then run the rewritten graph
+
+Names are imported on first use, so `import smartstage` (and the `smartstage` command, which must
+quiet TensorFlow before importing it) does not import TensorFlow.
 """
 
-from smartstage.compare import Comparison, compare_runs, run_steps
-from smartstage.config import (
-    AutoStageOptions,
-    ConfigProto,
-    SmartStageOptions,
-    enable_smart_stage,
-    options_from_config,
-    to_session_config,
-)
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
 from smartstage.errors import (
     ConfigError,
     GraphError,
@@ -24,53 +24,53 @@ from smartstage.errors import (
     TargetError,
     VerificationError,
 )
-from smartstage.io import load_graph, write_graph
-from smartstage.live_rewrite import LiveRewrite, live_rewrite_of
-from smartstage.optimize import OptimizeResult, optimize
-from smartstage.runtime import (
-    PrefetchHook,
-    PrefetchThreads,
-    make_prefetch_hook,
-    mark_target_node,
-    stage_defs,
-    staged,
-    start_prefetch_threads,
-)
-from smartstage.monitored import MonitoredTrainingSession, SmartMonitoredSession
-from smartstage.session import Session
 
-__all__ = [
-    "AutoStageOptions",
-    "Comparison",
-    "ConfigError",
-    "ConfigProto",
-    "GraphError",
-    "LiveRewrite",
-    "MonitoredTrainingSession",
-    "NoStageError",
-    "OptimizeResult",
-    "PassError",
-    "PrefetchHook",
-    "PrefetchThreads",
-    "Session",
-    "SmartMonitoredSession",
-    "SmartStageError",
-    "SmartStageOptions",
-    "StageRuntimeError",
-    "TargetError",
-    "VerificationError",
-    "compare_runs",
-    "enable_smart_stage",
-    "live_rewrite_of",
-    "load_graph",
-    "make_prefetch_hook",
-    "mark_target_node",
-    "optimize",
-    "options_from_config",
-    "run_steps",
-    "stage_defs",
-    "staged",
-    "start_prefetch_threads",
-    "to_session_config",
-    "write_graph",
-]
+_LAZY = {
+    "smartstage.compare": ("Comparison", "compare_runs", "run_steps"),
+    "smartstage.config": ("AutoStageOptions", "ConfigProto", "SmartStageOptions", "enable_smart_stage",
+                          "options_from_config", "to_session_config"),
+    "smartstage.diff": ("GraphDiff", "graph_diff"),
+    "smartstage.explain": ("Explanation", "explain"),
+    "smartstage.io": ("load_graph", "write_graph"),
+    "smartstage.live_rewrite": ("LiveRewrite", "live_rewrite_of"),
+    "smartstage.monitored": ("MonitoredTrainingSession", "SmartMonitoredSession"),
+    "smartstage.optimize": ("OptimizeResult", "optimize"),
+    "smartstage.protos": ("STAGES_COLLECTION", "TARGETS_COLLECTION"),
+    "smartstage.runtime": ("PrefetchHook", "PrefetchThreads", "make_prefetch_hook", "mark_target_node",
+                           "stage_defs", "stage_defs_from_meta_graph", "staged", "start_prefetch_threads",
+                           "target_node_names"),
+    "smartstage.session": ("Session",),
+    "smartstage.sidebyside": ("RewriteCheck", "verify_rewrite"),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+
+__all__ = sorted(
+    ["ConfigError", "GraphError", "NoStageError", "PassError", "SmartStageError", "StageRuntimeError",
+     "TargetError", "VerificationError", *_MODULE_OF]
+)
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'smartstage' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """Keeps `smartstage.optimize` and `smartstage.explain` the functions: importing a submodule of the
+    same name would otherwise replace the package attribute with the module."""
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and name in _MODULE_OF:
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -106,10 +106,26 @@ def _init_ops(graph: tf.Graph, init_ops: Sequence[str] | None):
         return ops
 
 
+def as_written_config(config: tf.compat.v1.ConfigProto | None = None) -> tf.compat.v1.ConfigProto:
+    """`config` with TensorFlow's own graph rewrites off (Grappler, the classic optimizer's folding and CSE):
+    they fold and fuse the main side differently once preprocessing arrives through a take, which changes
+    the last bits of float results. Comparing runs means comparing the graphs as written."""
+    result = tf.compat.v1.ConfigProto()
+    if config is not None:
+        result.CopyFrom(config)
+    result.graph_options.rewrite_options.disable_meta_optimizer = True
+    result.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
+    result.graph_options.optimizer_options.do_constant_folding = False
+    result.graph_options.optimizer_options.do_common_subexpression_elimination = False
+    return result
+
+
 def run_steps(graph, fetches: Sequence[str], steps: int, *, init_ops: Sequence[str] | None = None,
               feed_dict: dict | None = None, config: tf.compat.v1.ConfigProto | None = None,
               progress: Progress | None = None) -> Run:
-    """Runs `graph` (any form optimize() takes) for up to `steps` steps, fetching `fetches` each step."""
+    """Runs `graph` (any form optimize() takes) for up to `steps` steps, fetching `fetches` each step.
+
+    Without `config`, TensorFlow's own graph rewrites are off (see as_written_config)."""
     from smartstage.runtime import start_prefetch_threads
 
     loaded = load_graph(graph)
@@ -121,7 +137,7 @@ def run_steps(graph, fetches: Sequence[str], steps: int, *, init_ops: Sequence[s
         raise TargetError(f"cannot fetch {fetches}: {e}") from None
     feeds = {graph_obj.as_graph_element(k): v for k, v in (feed_dict or {}).items()}
     run = Run(list(fetches))
-    with tf.compat.v1.Session(graph=graph_obj, config=config) as sess:
+    with tf.compat.v1.Session(graph=graph_obj, config=config if config is not None else as_written_config()) as sess:
         sess.run(_init_ops(graph_obj, init_ops))
         coord = tf.compat.v1.train.Coordinator()
         queue_threads = tf.compat.v1.train.start_queue_runners(sess=sess, coord=coord)

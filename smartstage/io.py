@@ -17,10 +17,8 @@ from tensorflow.core.protobuf import meta_graph_pb2
 
 from smartstage.errors import GraphError
 from smartstage.graph import parse_tensor_name
-from smartstage.protos import StageDef
+from smartstage.protos import STAGES_COLLECTION, TARGETS_COLLECTION, StageDef
 
-STAGES_COLLECTION = "smartstage_stages"
-TARGETS_COLLECTION = "smartstage_targets"
 # Collections whose members the training step fetches: they stay on the main side.
 TARGET_COLLECTIONS = ("train_op", "losses", "summaries", "update_ops", TARGETS_COLLECTION)
 FORMATS = (".pb", ".pbtxt", ".meta")

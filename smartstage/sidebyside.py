@@ -92,18 +92,12 @@ def verify_rewrite(graph, steps: int = 10, *, fetches: Sequence[str] | None = No
         if progress is not None:
             progress("before" if calls["n"] <= 1 else "after", step)
 
-    if not grappler and "config" not in run_kwargs:
-        run_kwargs["config"] = _no_grappler_config()
+    if grappler and "config" not in run_kwargs:
+        import tensorflow as tf
+
+        run_kwargs["config"] = tf.compat.v1.ConfigProto()  # TensorFlow's defaults, Grappler on
     comparison = compare_runs(source, after, names, steps, after_fetches=after_names, progress=report, **run_kwargs)
     return RewriteCheck(comparison, tuple(names), tuple(after_names), result)
-
-
-def _no_grappler_config():
-    import tensorflow as tf
-
-    config = tf.compat.v1.ConfigProto()
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    return config
 
 
 def _tensor(name: str) -> str:

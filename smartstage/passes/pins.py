@@ -23,10 +23,10 @@ from smartstage.graph import GraphView, is_stateful_op, op_def
 from smartstage.passes.find_stages import PUT_OPS, QUEUE_OPS, STAGING_OPS, TAKE_OPS, TENSOR_BUFFER_OPS
 
 FEED_OPS = {"Placeholder", "PlaceholderV2", "PlaceholderWithDefault"}
-VARIABLE_OPS = {
-    "VariableV2", "Variable", "VarHandleOp", "_VarHandlesOp", "TemporaryVariable", "ReadVariableOp",
-    "ResourceGather", "ResourceGatherNd", "VarIsInitializedOp", "DestroyResourceOp",
-}
+VARIABLE_OPS = {"VariableV2", "Variable", "VarHandleOp", "_VarHandlesOp", "TemporaryVariable"}
+# Ops that read a resource variable through its handle (input 0): pinned, naming the variable.
+VARIABLE_READ_OPS = {"ReadVariableOp", "ResourceGather", "ResourceGatherNd", "VarIsInitializedOp",
+                     "DestroyResourceOp"}
 MUTABLE_STATE_OPS = {
     "MutableHashTableV2", "MutableHashTable", "MutableHashTableOfTensorsV2", "MutableHashTableOfTensors",
     "MutableDenseHashTableV2", "MutableDenseHashTable", "LookupTableInsertV2", "LookupTableInsert",
@@ -110,6 +110,10 @@ class PinRules:
             return Pin("feed", name, f"{name!r} is fed ({op})")
         if name in self.stage_ops:
             return Pin("other_stage", name, f"{name!r} belongs to another stage or queue ({op})")
+        if op in VARIABLE_READ_OPS:
+            handle = self.view.inputs(name)[:1]
+            variable = handle[0].node if handle else name
+            return Pin("variable", variable if handle else name, f"reads variable {variable!r}")
         if op in FUNCTIONAL_OPS or op in self._functions:
             reason = self._functions_reason(self.view.node(name))
             return None if reason is None else Pin("function_state", name, f"{name!r} calls a function that {reason}")
@@ -137,7 +141,7 @@ class PinRules:
             return f"is not in the graph's function library ({fname!r})"
         for n in fdef.node_def:
             od = op_def(n.op)
-            if n.op in VARIABLE_OPS or n.op in MUTABLE_STATE_OPS:
+            if n.op in VARIABLE_OPS or n.op in VARIABLE_READ_OPS or n.op in MUTABLE_STATE_OPS:
                 return f"touches state ({fname}/{n.name}: {n.op})"
             if n.op in INPUT_OPS or n.op in STAGE_OPS:
                 return f"reads input ({fname}/{n.name}: {n.op})"
@@ -187,8 +191,8 @@ class PinRules:
     def _free_by_type(self, name: str) -> bool:
         op = self.view.op(name)
         stateful = is_stateful_op(op)
-        if stateful is None or (stateful and op not in READ_ONLY_TABLE_OPS):
-            return False
+        if stateful is None or (stateful and op not in READ_ONLY_TABLE_OPS and op not in TABLE_READ_OPS):
+            return False  # a table read is free when its table is (a read-only table) and so are its keys
         if op in FUNCTIONAL_OPS or op in self._functions or op in FEED_OPS or op in CONTROL_FLOW_OPS:
             return False
         if name in self.targets or name in self.feeds or name in self.stage_ops:

@@ -20,10 +20,8 @@ from tensorflow.python.framework import errors_impl
 from tensorflow.python.framework import ops
 
 from smartstage.errors import ConfigError
+from smartstage.protos import STAGES_COLLECTION, TARGETS_COLLECTION
 from smartstage.protos.stage_pb2 import StageDef
-
-STAGES_COLLECTION = "smartstage_stages"
-TARGETS_COLLECTION = "smartstage_targets"
 
 # The StageDef fields that hold node or tensor names; export/import scopes apply to all of them.
 _NAME_FIELDS = (
