@@ -7,6 +7,7 @@
 
     tf.staged, tf.make_prefetch_hook                     smartstage.staged, smartstage.make_prefetch_hook
     tf.ConfigProto                                       smartstage.ConfigProto (has do_smart_stage)
+    tf.SmartStageOptions                                 smartstage.config.deeprec_smart_stage_options (auto-stage)
     tf.Session                                           smartstage.Session
     tf.train.MonitoredTrainingSession                    smartstage.MonitoredTrainingSession
     tf.train.mark_target_node                            smartstage.mark_target_node
@@ -21,7 +22,7 @@ from typing import Any, Mapping
 
 import tensorflow as _tf
 
-from smartstage.config import ConfigProto
+from smartstage.config import ConfigProto, deeprec_smart_stage_options
 from smartstage.runtime import make_prefetch_hook, mark_target_node, staged
 from smartstage.monitored import MonitoredTrainingSession
 from smartstage.session import Session
@@ -51,6 +52,7 @@ tf = _Namespace(__name__ + ".tf", _tf.compat.v1, {
     "staged": staged,
     "make_prefetch_hook": make_prefetch_hook,
     "ConfigProto": ConfigProto,
+    "SmartStageOptions": deeprec_smart_stage_options,
     "Session": Session,
     "train": train,
 })

@@ -10,9 +10,19 @@ Two spellings mean the same:
     config.graph_options.optimizer_options.do_smart_stage = True
 
 `ss.ConfigProto` is TensorFlow's own ConfigProto schema, copied under the package `smartstage.deeprec`
-with three fields added to OptimizerOptions (do_smart_stage = 5001, do_smart_stage_gpu = 5002,
-stage_multi_stream = 5003; DeepRec's own numbers clash with stock fields). Every stock field keeps its
-number, so `to_session_config()` converts by serialising, and the flags never reach TensorFlow.
+with fields added to OptimizerOptions (do_smart_stage = 5001, do_smart_stage_gpu = 5002,
+stage_multi_stream = 5003, smart_stage_options = 5004; DeepRec's own numbers clash with stock fields).
+Every stock field keeps its number, so `to_session_config()` converts by serialising, and the flags
+never reach TensorFlow.
+
+Auto-stage (a stage at every input source, no staged() needed), both spellings:
+
+    ss.enable_smart_stage(config, auto_stage=ss.AutoStageOptions(capacity=8, num_threads=2))
+
+    from smartstage.compat import tf                     # DeepRec: import tensorflow as tf
+    config = tf.ConfigProto()
+    config.graph_options.optimizer_options.do_smart_stage = True
+    config.graph_options.optimizer_options.smart_stage_options.CopyFrom(tf.SmartStageOptions(capacity=8))
 """
 
 from __future__ import annotations
@@ -29,17 +39,23 @@ from smartstage.errors import ConfigError
 OPTIMIZER_NAME = "SmartStage"
 _DEEPREC_PACKAGE = "smartstage.deeprec"
 _ADDED_FIELDS = {"do_smart_stage": 5001, "do_smart_stage_gpu": 5002, "stage_multi_stream": 5003}
+_SMART_STAGE_OPTIONS_FIELD = 5004
+OUT_OF_RANGE = 11  # tf.errors.OUT_OF_RANGE (this module does not import TensorFlow's Python API)
 
 
 @dataclass(frozen=True)
 class AutoStageOptions:
-    """Options of the stages that auto-stage inserts at input sources (mirrors DeepRec's SmartStageOptions)."""
+    """Options of the stages that auto-stage inserts at input sources (mirrors DeepRec's SmartStageOptions).
+
+    closed_exception_types / ignored_exception_types: tf.errors classes or codes, as staged() takes them;
+    by default the end of input (OutOfRangeError) closes a stage.
+    """
 
     capacity: int = 1
     num_threads: int = 1
     num_clients: int = 1
     timeout_millis: int = 300000
-    closed_exception_types: tuple = ()
+    closed_exception_types: tuple = (OUT_OF_RANGE,)
     ignored_exception_types: tuple = ()
     use_stage_subgraph_thread_pool: bool = False
     stage_subgraph_thread_pool_id: int = 0
@@ -93,6 +109,11 @@ def _build_deeprec_config_class():
             for fname, number in _ADDED_FIELDS.items():
                 message.field.add(name=fname, number=number, type=descriptor_pb2.FieldDescriptorProto.TYPE_BOOL,
                                   label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+            message.field.add(name="smart_stage_options", number=_SMART_STAGE_OPTIONS_FIELD,
+                              type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+                              type_name=f".{_DEEPREC_PACKAGE}.SmartStageOptions",
+                              label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    _add_smart_stage_options(fdp)
     pool = descriptor_pool.Default()
     try:
         pool.FindFileByName(fdp.name)
@@ -101,11 +122,83 @@ def _build_deeprec_config_class():
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(_DEEPREC_PACKAGE + ".ConfigProto"))
 
 
+def _add_smart_stage_options(fdp: descriptor_pb2.FileDescriptorProto) -> None:
+    """DeepRec's SmartStageOptions (config.proto), field for field: what tf.SmartStageOptions() returns."""
+    F = descriptor_pb2.FieldDescriptorProto
+    optional, repeated = F.LABEL_OPTIONAL, F.LABEL_REPEATED
+
+    def message(name: str, fields: list[tuple]) -> None:
+        m = fdp.message_type.add(name=name)
+        for number, (fname, ftype, label, *type_name) in enumerate(fields, start=1):
+            m.field.add(name=fname, number=number, type=ftype, label=label,
+                        **({"type_name": f".{_DEEPREC_PACKAGE}.{type_name[0]}"} if type_name else {}))
+
+    message("StageSubgraphRunOptions", [("use_stage_subgraph_thread_pool", F.TYPE_BOOL, optional),
+                                        ("stage_subgraph_thread_pool_id", F.TYPE_INT32, optional)])
+    message("PrefetchRunnerOptions", [("closed_exceptions", F.TYPE_INT32, repeated),
+                                      ("ignored_exceptions", F.TYPE_INT32, repeated),
+                                      ("run_options", F.TYPE_MESSAGE, optional, "StageSubgraphRunOptions")])
+    message("SmartStageOptions", [("capacity", F.TYPE_INT64, optional), ("num_threads", F.TYPE_INT32, optional),
+                                  ("num_clients", F.TYPE_INT32, optional), ("timeout_millis", F.TYPE_INT64, optional),
+                                  ("runner_options", F.TYPE_MESSAGE, optional, "PrefetchRunnerOptions"),
+                                  ("stage_subgraph_stream_id", F.TYPE_INT32, optional),
+                                  ("graph_key", F.TYPE_INT64, optional), ("name", F.TYPE_STRING, optional)])
+
+
 ConfigProto = _build_deeprec_config_class()
 ConfigProto.__doc__ = (
     "TensorFlow's ConfigProto with DeepRec's SmartStage flags: "
     "config.graph_options.optimizer_options.do_smart_stage = True. Convert with to_session_config()."
 )
+
+
+SmartStageOptionsProto = message_factory.GetMessageClass(
+    descriptor_pool.Default().FindMessageTypeByName(_DEEPREC_PACKAGE + ".SmartStageOptions"))
+
+
+def deeprec_smart_stage_options(capacity: int = 1, num_threads: int = 1, num_clients: int = 1,
+                                timeout_millis: int = 300000, closed_exception_types=(OUT_OF_RANGE,),
+                                ignored_exception_types=(), use_stage_subgraph_thread_pool: bool = False,
+                                stage_subgraph_thread_pool_id: int = 0, stage_subgraph_stream_id: int = 0,
+                                graph=None, name: str | None = None):
+    """DeepRec's `tf.SmartStageOptions(...)`: the options message that turns auto-stage on in an ss.ConfigProto.
+
+        before:  config.graph_options.optimizer_options.do_smart_stage = True      # needs a staged() stage
+        after:   config.graph_options.optimizer_options.smart_stage_options.CopyFrom(
+                     tf.SmartStageOptions(capacity=8, num_threads=2))           # from smartstage.compat import tf
+
+    Same arguments, defaults and checks as DeepRec's; `graph` is accepted and ignored (the session's own
+    graph is the one optimized). Exception types are tf.errors classes or codes.
+    """
+    from smartstage.runtime.metadata import error_codes
+
+    for label, value, least in (("capacity", capacity, 1), ("num_threads", num_threads, 1),
+                                ("num_clients", num_clients, 1), ("timeout_millis", timeout_millis, 1),
+                                ("stage_subgraph_thread_pool_id", stage_subgraph_thread_pool_id, 0),
+                                ("stage_subgraph_stream_id", stage_subgraph_stream_id, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"SmartStageOptions: {label}={value!r}; pass an integer >= {least}")
+    options = SmartStageOptionsProto(capacity=capacity, num_threads=num_threads, num_clients=num_clients,
+                                     timeout_millis=timeout_millis, stage_subgraph_stream_id=stage_subgraph_stream_id,
+                                     name=name or "smart_stage")
+    runner = options.runner_options
+    runner.closed_exceptions.extend(error_codes(closed_exception_types, "SmartStageOptions(closed_exception_types)"))
+    runner.ignored_exceptions.extend(error_codes(ignored_exception_types, "SmartStageOptions(ignored_exception_types)"))
+    runner.run_options.use_stage_subgraph_thread_pool = use_stage_subgraph_thread_pool
+    runner.run_options.stage_subgraph_thread_pool_id = stage_subgraph_thread_pool_id
+    return options
+
+
+def _auto_stage_from_deeprec(message) -> AutoStageOptions:
+    runner = message.runner_options
+    return AutoStageOptions(
+        capacity=message.capacity or 1, num_threads=message.num_threads or 1, num_clients=message.num_clients or 1,
+        timeout_millis=message.timeout_millis or 300000,
+        closed_exception_types=tuple(runner.closed_exceptions) if runner.closed_exceptions else (OUT_OF_RANGE,),
+        ignored_exception_types=tuple(runner.ignored_exceptions),
+        use_stage_subgraph_thread_pool=runner.run_options.use_stage_subgraph_thread_pool,
+        stage_subgraph_thread_pool_id=runner.run_options.stage_subgraph_thread_pool_id,
+        stage_subgraph_stream_id=message.stage_subgraph_stream_id, name=message.name or "smart_stage")
 
 
 def _is_deeprec_config(config) -> bool:
@@ -120,9 +213,12 @@ def _custom_optimizer(config: config_pb2.ConfigProto, create: bool = False):
     return rewrite.custom_optimizers.add(name=OPTIMIZER_NAME) if create else None
 
 
+_AUTO_INT_PARAMETERS = ("capacity", "num_threads", "num_clients", "timeout_millis", "stage_subgraph_thread_pool_id",
+                        "stage_subgraph_stream_id")
+_AUTO_LIST_PARAMETERS = ("closed_exception_types", "ignored_exception_types")
 _KNOWN_PARAMETERS = ("do_smart_stage", "do_smart_stage_gpu", "stage_multi_stream", "auto_stage", "verify",
-                     "auto_stage_capacity", "auto_stage_num_threads", "auto_stage_num_clients",
-                     "auto_stage_timeout_millis", "auto_stage_name")
+                     "auto_stage_name", "auto_stage_use_stage_subgraph_thread_pool",
+                     *("auto_stage_" + k for k in _AUTO_INT_PARAMETERS + _AUTO_LIST_PARAMETERS))
 
 
 def _attr_bool(key: str, value: attr_value_pb2.AttrValue) -> bool:
@@ -142,6 +238,13 @@ def _attr_int(key: str, value: attr_value_pb2.AttrValue) -> int:
     return value.i
 
 
+def _attr_int_list(key: str, value: attr_value_pb2.AttrValue) -> tuple[int, ...]:
+    if value.WhichOneof("value") != "list":
+        raise ConfigError(f"SmartStage custom optimizer parameter {key!r} must be a list of ints (AttrValue list.i), "
+                          f"got {value}")
+    return tuple(value.list.i)
+
+
 def options_from_config(config=None, **overrides: Any) -> SmartStageOptions:
     """The SmartStage flags of a stock tf.compat.v1.ConfigProto, an ss.ConfigProto, or None (all off).
 
@@ -153,8 +256,10 @@ def options_from_config(config=None, **overrides: Any) -> SmartStageOptions:
         pass
     elif _is_deeprec_config(config):
         oo = config.graph_options.optimizer_options
+        on = oo.do_smart_stage or oo.do_smart_stage_gpu
+        auto = _auto_stage_from_deeprec(oo.smart_stage_options) if on and oo.HasField("smart_stage_options") else None
         options = SmartStageOptions(do_smart_stage=oo.do_smart_stage, do_smart_stage_gpu=oo.do_smart_stage_gpu,
-                                    stage_multi_stream=oo.stage_multi_stream, source="ss.ConfigProto")
+                                    stage_multi_stream=oo.stage_multi_stream, auto_stage=auto, source="ss.ConfigProto")
     elif isinstance(config, config_pb2.ConfigProto):
         entry = _custom_optimizer(config)
         if entry is not None:
@@ -167,11 +272,16 @@ def options_from_config(config=None, **overrides: Any) -> SmartStageOptions:
                                                             "stage_multi_stream", "verify") if k in params}
             auto = None
             if params.get("auto_stage") is not None and _attr_bool("auto_stage", params["auto_stage"]):
-                ints = {k[len("auto_stage_"):]: _attr_int(k, params[k]) for k in
-                        ("auto_stage_capacity", "auto_stage_num_threads", "auto_stage_num_clients",
-                         "auto_stage_timeout_millis") if k in params}
-                name = params["auto_stage_name"].s.decode() if "auto_stage_name" in params else "smart_stage"
-                auto = AutoStageOptions(name=name, **ints)
+                fields: dict[str, Any] = {k: _attr_int("auto_stage_" + k, params["auto_stage_" + k])
+                                          for k in _AUTO_INT_PARAMETERS if "auto_stage_" + k in params}
+                fields.update({k: _attr_int_list("auto_stage_" + k, params["auto_stage_" + k])
+                               for k in _AUTO_LIST_PARAMETERS if "auto_stage_" + k in params})
+                if "auto_stage_use_stage_subgraph_thread_pool" in params:
+                    fields["use_stage_subgraph_thread_pool"] = _attr_bool(
+                        "auto_stage_use_stage_subgraph_thread_pool", params["auto_stage_use_stage_subgraph_thread_pool"])
+                if "auto_stage_name" in params:
+                    fields["name"] = params["auto_stage_name"].s.decode()
+                auto = AutoStageOptions(**fields)
             options = SmartStageOptions(auto_stage=auto, source="custom_optimizers", **flags)
     elif isinstance(config, SmartStageOptions):
         options = config
@@ -193,10 +303,16 @@ def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = F
     if auto_stage is True:
         auto_stage = AutoStageOptions()
     if _is_deeprec_config(config):
-        if auto_stage:
-            raise ConfigError("auto_stage is set through a stock tf.compat.v1.ConfigProto "
-                              "(ss.enable_smart_stage(tf.compat.v1.ConfigProto(), auto_stage=...))")
         oo = config.graph_options.optimizer_options
+        if auto_stage:
+            from smartstage.runtime.metadata import error_codes
+
+            oo.smart_stage_options.CopyFrom(deeprec_smart_stage_options(
+                auto_stage.capacity, auto_stage.num_threads, auto_stage.num_clients, auto_stage.timeout_millis,
+                error_codes(auto_stage.closed_exception_types, "AutoStageOptions.closed_exception_types"),
+                error_codes(auto_stage.ignored_exception_types, "AutoStageOptions.ignored_exception_types"),
+                auto_stage.use_stage_subgraph_thread_pool, auto_stage.stage_subgraph_thread_pool_id,
+                auto_stage.stage_subgraph_stream_id, name=auto_stage.name))
         oo.do_smart_stage = True
         oo.do_smart_stage_gpu = oo.do_smart_stage_gpu or gpu
         oo.stage_multi_stream = oo.stage_multi_stream or multi_stream
@@ -211,11 +327,15 @@ def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = F
     if multi_stream:
         params["stage_multi_stream"].b = True
     if auto_stage:
+        from smartstage.runtime.metadata import error_codes
+
         params["auto_stage"].b = True
-        params["auto_stage_capacity"].i = auto_stage.capacity
-        params["auto_stage_num_threads"].i = auto_stage.num_threads
-        params["auto_stage_num_clients"].i = auto_stage.num_clients
-        params["auto_stage_timeout_millis"].i = auto_stage.timeout_millis
+        for key in _AUTO_INT_PARAMETERS:
+            params["auto_stage_" + key].i = getattr(auto_stage, key)
+        for key in _AUTO_LIST_PARAMETERS:
+            codes = error_codes(getattr(auto_stage, key), f"AutoStageOptions.{key}")
+            params["auto_stage_" + key].list.i[:] = codes
+        params["auto_stage_use_stage_subgraph_thread_pool"].b = auto_stage.use_stage_subgraph_thread_pool
         params["auto_stage_name"].s = auto_stage.name.encode()
     return config
 
@@ -243,5 +363,6 @@ def to_session_config(config=None) -> config_pb2.ConfigProto:
     return stock
 
 
-__all__ = ["AutoStageOptions", "ConfigProto", "SmartStageOptions", "enable_smart_stage", "options_from_config",
-           "to_session_config", "OPTIMIZER_NAME"]
+__all__ = ["AutoStageOptions", "ConfigProto", "SmartStageOptions", "SmartStageOptionsProto",
+           "deeprec_smart_stage_options", "enable_smart_stage", "options_from_config", "to_session_config",
+           "OPTIMIZER_NAME"]
