@@ -20,6 +20,7 @@ from typing import Iterable
 import tensorflow as tf
 
 from smartstage.protos.stage_pb2 import StageDef
+from smartstage.runtime.reinit import ReinitWatch
 from smartstage.runtime.runner import PrefetchThreads, start_prefetch_threads
 
 logger = logging.getLogger(__name__)
@@ -32,11 +33,17 @@ class PrefetchHook(tf.compat.v1.train.SessionRunHook):
 
     A MonitoredTrainingSession that re-creates its session (after an AbortedError, say) calls
     `after_create_session` again: the hook stops the old threads and starts new ones.
+
+    A run that re-initialises the iterator behind a stage (its initializer, or an op that depends on
+    it) stops that stage's threads before the run and empties and refills the stage after it
+    (smartstage.runtime.reinit).
     """
 
     def __init__(self, stages: Iterable[StageDef | str] | None = None):
         self._stages = None if stages is None else list(stages)
         self._threads: PrefetchThreads | None = None
+        self._reinit: ReinitWatch | None = None
+        self._paused: list[str] = []
 
     @property
     def threads(self) -> PrefetchThreads | None:
@@ -46,11 +53,18 @@ class PrefetchHook(tf.compat.v1.train.SessionRunHook):
     def after_create_session(self, session, coord) -> None:
         self._stop_threads()
         self._threads = start_prefetch_threads(session, coord=coord, stages=self._stages)
+        self._reinit = ReinitWatch(session.graph, self._threads.stage_names)
 
     def before_run(self, run_context):
         if self._threads is not None:
             self._threads.raise_if_error()
+            if self._reinit is not None and self._reinit.active:
+                self._paused = self._reinit.pause_for(self._threads, run_context.original_args.fetches)
         return None
+
+    def after_run(self, run_context, run_values) -> None:
+        paused, self._paused = self._paused, []
+        ReinitWatch.resume(self._threads, paused)
 
     def end(self, session) -> None:
         threads, self._threads = self._threads, None

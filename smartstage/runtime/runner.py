@@ -93,20 +93,53 @@ class PrefetchThreads:
             raise StageRuntimeError("these prefetch threads were already started; start new ones with start_prefetch_threads(sess)")
         for stage in self._stages:
             stage.check_thread_pool()
+            stage.run_reset()  # a resettable stage starts empty: batches and marks of earlier initializer runs go
             stage.check_open()
         for stage in self._stages:
             stage.announce_ready()
         self._started = True
         for stage in self._stages:
             stage.start()
-        if self._stages:
-            self._watchdog = threading.Thread(target=self._watch, name="smartstage-prefetch-watchdog", daemon=True)
-            self._watchdog.start()
+        self._start_watchdog()
         # The threads are not registered with the coordinator: its join() runs before the session
         # closes and would wait out its grace period for a put blocked on an input that nobody
         # fills anymore; closing the session cancels such a run instead.
         logger.info("started prefetch threads of stages %s", self.stage_names)
         return self
+
+    def _start_watchdog(self) -> None:
+        if self._stages and (self._watchdog is None or not self._watchdog.is_alive()):
+            self._watchdog = threading.Thread(target=self._watch, name="smartstage-prefetch-watchdog", daemon=True)
+            self._watchdog.start()
+
+    def stage(self, name: str) -> StageThreads:
+        for stage in self._stages:
+            if stage.name == name:
+                return stage
+        raise StageRuntimeError(f"these prefetch threads run no stage named {name!r} (they run {self.stage_names})")
+
+    def pause(self, names: Iterable[str], timeout: float = STOP_JOIN_SECONDS) -> list[str]:
+        """Stops the threads of the named resettable stages only (their input is about to be re-initialised)
+        and returns the names paused. StageRuntimeError when a thread does not end within `timeout`."""
+        paused = []
+        for name in names:
+            stage = self.stage(name)
+            if not stage.resettable:
+                continue
+            paused.append(name)
+            if not stage.pause(timeout):
+                raise StageRuntimeError(
+                    f"stage '{name}': its prefetch threads did not stop within {timeout:.0f} s before its input "
+                    "was re-initialised (a put waits on a slow input); the stage cannot be emptied safely")
+        return paused
+
+    def resume(self, names: Iterable[str]) -> None:
+        """Empties the named paused stages and starts their threads again (the input was re-initialised)."""
+        if self.stopping():
+            return
+        for name in names:
+            self.stage(name).resume()
+        self._start_watchdog()
 
     def _watch(self) -> None:
         while not self._stop_event.wait(WATCHDOG_POLL_SECONDS):

@@ -23,6 +23,7 @@ from smartstage.protos.stage_pb2 import StageDef
 logger = logging.getLogger(__name__)
 
 CONTROL_RUN_MILLIS = 30000  # close / cancel / ready runs never wait longer than this
+_UNINITIALIZED = "iterator has not been initialized"  # IteratorGetNext's FailedPrecondition message
 
 
 class Owner(Protocol):
@@ -74,6 +75,9 @@ class StageThreads:
         self.ready_put = self._op(graph, "ready_put_node")
         self.ready_size = self._consumer_of(graph, "ready_buffer_node", "QueueSizeV2")
         self.is_closed = self._consumer_of(graph, "buffer_node", "QueueIsClosedV2")
+        # Stages at an initializable iterator (auto-stage): emptied and refilled when it is re-initialised.
+        self.reset = self._op(graph, "reset_node")
+        self.stale_mark = self._op(graph, "stale_mark_node")
         self.placeholders = [self._tensor(graph, f.placeholder) for f in stage_def.feeds]
         self.feed_values = [self._tensor(graph, f.tensor) for f in stage_def.feeds]
         self.run_options = config_pb2.RunOptions()
@@ -86,6 +90,12 @@ class StageThreads:
         self.threads: list[threading.Thread] = []
         self._closed_threads = 0
         self._lock = threading.Lock()
+        self._paused = threading.Event()  # this stage alone stops (re-initialisation), the others go on
+        self.waits_for_initializer = False
+
+    @property
+    def resettable(self) -> bool:
+        return self.reset is not None
 
     def _missing(self, what: str) -> StageRuntimeError:
         return StageRuntimeError(
@@ -161,6 +171,32 @@ class StageThreads:
             # Someone else put the token between our size check and our put: ready either way.
             logger.debug("stage %s: ready token already present", self.name)
 
+    def run_reset(self) -> None:
+        """Empties a resettable stage: a fresh, open buffer and no stale marks (its threads must not run)."""
+        if self.reset is not None:
+            self.sess.run(self.reset, options=config_pb2.RunOptions(timeout_in_ms=CONTROL_RUN_MILLIS))
+            self.waits_for_initializer = False
+
+    def pause(self, timeout: float) -> bool:
+        """Stops this stage's threads (cancels its buffer, so a blocked put wakes); True when all ended."""
+        self._paused.set()
+        self.run_cancel()
+        deadline = time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self.threads)
+
+    def resume(self) -> None:
+        """Empties the stage and starts new threads (after pause(), once the input was re-initialised)."""
+        self.run_reset()
+        self._paused.clear()
+        self._closed_threads = 0
+        self.puts = [_PutState() for _ in self.puts]
+        self.threads = []
+        self.check_open()
+        self.announce_ready()
+        self.start()
+
     def start(self) -> None:
         for index in range(len(self.puts)):
             thread = threading.Thread(
@@ -172,7 +208,7 @@ class StageThreads:
 
     def _loop(self, index: int) -> None:
         put_state = self.puts[index]
-        while not self.owner.stopping():
+        while not self.owner.stopping() and not self._paused.is_set():
             try:
                 feed = None
                 if self.feed_values:
@@ -192,7 +228,7 @@ class StageThreads:
     def _handle(self, error: Exception, index: int) -> bool:
         """What an error from a prefetch run means; True: the thread goes on."""
         code = getattr(error, "error_code", None)
-        if self.owner.stopping() or session_closed(self.sess):
+        if self.owner.stopping() or self._paused.is_set() or session_closed(self.sess):
             logger.debug("prefetch thread %d of stage %s ends on shutdown: %s", index, self.name, error)
             return False
         if code in self.closed_codes:
@@ -206,6 +242,9 @@ class StageThreads:
         if isinstance(error, tf.errors.CancelledError):
             logger.info("stage %s: buffer closed or cancelled; prefetch thread %d ends", self.name, index)
             return False
+        if self.resettable and isinstance(error, tf.errors.FailedPreconditionError) and _UNINITIALIZED in str(error):
+            self._wait_for_initializer(index)
+            return False
         self.owner.report_error(self, error)
         return False
 
@@ -216,6 +255,18 @@ class StageThreads:
         if last and self.close is not None:
             logger.info("stage %s: every prefetch thread reached the end of input; closing the buffer", self.name)
             quiet_run(self.sess, self.close, f"close of stage {self.name}")
+
+    def _wait_for_initializer(self, index: int) -> None:
+        """The iterator is not initialised yet (an eval iterator, say): the thread ends quietly, and a
+        stale mark makes a step that takes from the stage fail at once, naming the fix, instead of
+        waiting for a batch. Running the initializer through the runtime restarts the threads."""
+        logger.info("stage %s: prefetch thread %d waits for the iterator's initializer %s", self.name, index,
+                    list(self.stage_def.reset_trigger_nodes))
+        with self._lock:
+            first = not self.waits_for_initializer
+            self.waits_for_initializer = True
+        if first and self.stale_mark is not None:
+            quiet_run(self.sess, self.stale_mark, f"stale mark of stage {self.name}")
 
     def run_cancel(self) -> None:
         if self.cancel is not None:
