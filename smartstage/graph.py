@@ -279,8 +279,9 @@ class GraphView:
     def _build_fanouts(self) -> None:
         fanouts: dict[str, list[Fanout]] = {}
         self.parse_all()
-        for consumer, parsed in self._inputs.items():
-            for index, (src, port) in enumerate(parsed):
+        cache = self._inputs
+        for consumer in self._names:  # graph order, whatever order the inputs were parsed in
+            for index, (src, port) in enumerate(cache[consumer]):
                 bucket = fanouts.get(src)
                 if bucket is None:
                     fanouts[src] = [_new(Fanout, (consumer, index, port))]
