@@ -130,7 +130,11 @@ class DLRMOptions:
 
     @classmethod
     def benchmark(cls) -> "DLRMOptions":
-        """Sizes where the preprocessing is a real share of a step (use with batch_size 512+)."""
+        """Benchmark sizes (use with batch_size 512+): a fused table, many crosses, bucketized columns.
+
+        Measured on 2 cores at batch 512: reading and parsing take about 4% of a step's CPU, the
+        preprocessing after parsing about 8%, the model the rest.
+        """
         return cls(
             embedding_dim=16, bottom_mlp=(64,), top_mlp=(64, 32), fused_embedding=True, features=_benchmark_features()
         )
@@ -157,7 +161,7 @@ class WideDeepOptions:
 
     @classmethod
     def benchmark(cls) -> "WideDeepOptions":
-        """Sizes where the preprocessing is a real share of a step (use with batch_size 512+)."""
+        """Benchmark sizes (use with batch_size 512+): many crosses, every dense column bucketized."""
         return cls(embedding_dim=16, deep_mlp=(64, 32), features=_benchmark_features())
 
 
