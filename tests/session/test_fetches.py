@@ -124,3 +124,17 @@ def test_monitored_session_maps_user_and_hook_fetches():
     np.testing.assert_array_equal(before_step_fn, after_step_fn)
     for step, seen in zip(after, after_hook):
         np.testing.assert_array_equal(step["ids"], seen)   # the hook saw the batch the step trained on
+
+
+def test_a_target_passed_to_the_session_can_be_fetched():
+    values = {}
+    for on in (False, True):
+        graph = tf.Graph()
+        with graph.as_default():
+            model = small_model()
+        with Session(graph=graph, config=flag(on), targets=[model.scaled]) as sess:
+            sess.run(init_ops(graph))
+            values[on] = [sess.run([model.scaled, model.train_op], options=bounded())[0] for _ in range(3)]
+            if on:
+                assert "scaled" not in sess.smart_stage.stages[0].moved
+    _assert_same(values[False], values[True])
