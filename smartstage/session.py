@@ -40,6 +40,7 @@ from smartstage.runtime.runner import STOP_JOIN_SECONDS
 
 logger = logging.getLogger(__name__)
 
+
 def prepare_graph(graph: tf.Graph, config=None, targets: Iterable[Any] | None = None) -> LiveRewrite | None:
     """Rewrites `graph` in place when `config` turns SmartStage on (once per graph); returns the record.
 
