@@ -63,12 +63,32 @@ config = tf.ConfigProto()
 config.graph_options.optimizer_options.do_smart_stage = True
 tf.train.mark_target_node([target])
 
-with tf.train.MonitoredTrainingSession(config=config, hooks=[tf.make_prefetch_hook()]) as sess:
+with tf.train.MonitoredTrainingSession(config=config,
+                                       hooks=[tf.make_prefetch_hook()]) as sess:
     for i in range(5):
         print(sess.run([target]))
 """
 
 FLAG_LINE = "config.graph_options.optimizer_options.do_smart_stage = True"
+
+MONITORED_ENDING = """with tf.train.MonitoredTrainingSession(config=config,
+                                       hooks=[tf.make_prefetch_hook()]) as sess:
+    for i in range(5):
+        print(sess.run([target]))
+"""
+
+# The same script for a user without MonitoredTrainingSession: tf.Session (= ss.Session) runs the
+# prefetch threads itself; the queue runners of train.batch are the user's, as in any TF1 script.
+PLAIN_ENDING = """init = tf.group(tf.global_variables_initializer(), tf.local_variables_initializer())
+with tf.Session(config=config) as sess:
+    sess.run(init)
+    coord = tf.train.Coordinator()
+    threads = tf.train.start_queue_runners(sess=sess, coord=coord)
+    for i in range(5):
+        print(sess.run([target]))
+    coord.request_stop()
+    coord.join(threads, stop_grace_period_secs=10)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +133,15 @@ def test_smart_stage_example_prints_the_values_of_the_unoptimized_graph(data_fil
     moved_types = {names["target"].graph.get_operation_by_name(n).type for n in stage.moved}
     assert {"StringToHashBucket", "ConcatV2"} <= moved_types
     assert plain_names["sess"].smart_stage is None
+
+
+def test_smart_stage_example_on_a_plain_session_prints_the_same_values(data_file):
+    script = SMART_STAGE_SCRIPT.replace(MONITORED_ENDING, PLAIN_ENDING)
+    assert script != SMART_STAGE_SCRIPT
+    optimized, names = run_script(script, data_file)
+    reference, _ = run_script(unstaged(SMART_STAGE_SCRIPT), data_file)
+    assert len(optimized) == 5 and optimized == reference
+    assert names["sess"].smart_stage.changed
 
 
 def test_the_compat_namespace_is_deeprecs_api_on_tf_compat_v1():
