@@ -1,0 +1,8 @@
+"""SmartStage benchmarks: steps/sec against every alternative, and the cost of optimize() as graphs grow.
+
+    python -m benchmarks.e2e [--quick]        # DLRM-like and Wide&Deep-like training, every configuration
+    python -m benchmarks.scaling [--quick]    # optimize() vs import_graph_def on 10k / 100k / 1M nodes
+
+Results go to benchmarks/out/ (git-ignored); `--publish` also copies the JSON and PNG to docs/perf/.
+See benchmarks/README.md for the latest tables.
+"""

@@ -1,0 +1,329 @@
+"""The configurations of the end-to-end benchmark: one graph each, one session per measurement.
+
+    runner = ConfigRunner(CONFIGS_BY_NAME["smart"], workload, files)     # builds the graph once
+    sample = runner.measure(Setting(threads=2, own_pool=True), warmup=5, steps=40)
+    sample.steps_per_sec, sample.cpu_ms_per_step
+
+Every configuration trains the same model on the same CSV through a real input pipeline
+(TextLineDataset -> batch -> [storage latency] -> iterator -> decode_csv -> preprocessing):
+
+    no_stage         the plain graph
+    tfdata_prefetch  ... -> prefetch(AUTOTUNE) -> iterator, no stage
+    tfdata_map       parsing and preprocessing in the Dataset.map, then prefetch(AUTOTUNE)
+    staged           smartstage.staged() right after parsing (the hand-placed stage), plain Session
+    smart            the same staged graph through ss.Session with do_smart_stage
+    smart_prefetch   SmartStage on a pipeline that keeps its own prefetch(AUTOTUNE)
+
+A `Setting` is one point of the grid: producer threads (the stage's num_threads), whether prefetch
+runs get their own inter-op pool, and the session's inter-op pool size. The default setting is what
+a user gets without tuning: staged()'s defaults (1 thread, capacity 1, the shared pool) and
+TensorFlow's default pools. SmartStage at its defaults runs through `ss.Session(config=...)`, which
+rewrites the live graph and starts the prefetch threads itself; other settings run the same
+rewritten graph in a plain Session with `start_prefetch_threads(sess, stages=[a StageDef with the
+setting's threads and pool])`, which is what staged(num_threads=..., use_stage_subgraph_thread_pool=...)
+records.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Optional
+
+import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2
+
+import smartstage as ss
+from smartstage.examples import (
+    CriteoFiles,
+    DLRMOptions,
+    InputOptions,
+    ModelGraph,
+    WideDeepOptions,
+    build_dlrm,
+    build_wide_deep,
+    no_stage,
+)
+
+STAGE_POOL_ID = 1  # pool 0 runs the training step once session_inter_op_thread_pool is set
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One model on one input: `size` "benchmark" (the examples' benchmark sizes) or "small" (tests)."""
+
+    model: str  # "dlrm" | "wide_deep"
+    variant: str  # "cpu" | "io"
+    read_latency_ms: float = 0.0
+    batch_size: int = 512
+    size: str = "benchmark"
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}/{self.variant}"
+
+
+@dataclass(frozen=True, order=True)
+class Setting:
+    """A grid point. threads: producer threads of the stage; own_pool: prefetch runs on their own
+    inter-op pool of `threads` threads; inter_op: the session's (main) inter-op pool, 0 = one per core."""
+
+    threads: int = 1
+    own_pool: bool = False
+    inter_op: int = 0
+
+    @property
+    def label(self) -> str:
+        pool = f"own pool {self.threads}" if self.own_pool else "shared pool"
+        inter = f"inter-op {self.inter_op}" if self.inter_op else "inter-op default"
+        return f"{self.threads} thread(s), {pool}, {inter}"
+
+
+DEFAULT_SETTING = Setting()
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    label: str
+    stage: str  # "none" | "staged" | "smart"
+    prefetch: bool = False  # the dataset ends in prefetch(AUTOTUNE)
+    preprocess_in_dataset: bool = False
+
+    @property
+    def has_stage(self) -> bool:
+        return self.stage != "none"
+
+
+CONFIGS: tuple[Config, ...] = (
+    Config("no_stage", "no stage", "none"),
+    Config("staged", "stage after parsing (staged)", "staged"),
+    Config("tfdata_prefetch", "tf.data prefetch(AUTOTUNE)", "none", prefetch=True),
+    Config("tfdata_map", "preprocessing in tf.data map + prefetch", "none", prefetch=True, preprocess_in_dataset=True),
+    Config("smart", "SmartStage", "smart"),
+    Config("smart_prefetch", "SmartStage + tf.data prefetch", "smart", prefetch=True),
+)
+CONFIGS_BY_NAME = {c.name: c for c in CONFIGS}
+ALTERNATIVES = ("no_stage", "staged", "tfdata_prefetch", "tfdata_map")
+SMART = ("smart", "smart_prefetch")
+
+
+def grid_for(config: Config, threads: tuple[int, ...] = (1, 2, 4), inter_ops: tuple[int, ...] = (0, 4)) -> list[Setting]:
+    """The grid of a configuration, default first.
+
+    Stages: producer threads x (shared pool, own pool of that many threads) at the default inter-op
+    pool, plus each other inter-op pool size at 1 thread. Configurations without a stage: the
+    inter-op pool sizes.
+    """
+    if not config.has_stage:
+        return [Setting(inter_op=i) for i in inter_ops]
+    points = [Setting(threads=k, own_pool=own) for k in threads for own in (False, True)]
+    points += [Setting(threads=1, inter_op=i) for i in inter_ops]
+    return sorted(set(points), key=lambda s: (s != DEFAULT_SETTING, s))
+
+
+def session_config(setting: Setting) -> tf.compat.v1.ConfigProto:
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=setting.inter_op)
+    if setting.own_pool:
+        config.session_inter_op_thread_pool.extend([
+            config_pb2.ThreadPoolOptionProto(num_threads=setting.inter_op),
+            config_pb2.ThreadPoolOptionProto(num_threads=setting.threads),
+        ])
+    return config
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One timed run: `steps` training steps after the warm-up, in one session."""
+
+    steps_per_sec: float
+    cpu_ms_per_step: float  # process CPU time (every thread) per step
+    steps: int
+    global_steps: int  # how far global_step advanced over warm-up and timed steps (a sanity check)
+    seconds: float
+
+
+def _model_options(workload: Workload):
+    if workload.model == "dlrm":
+        return DLRMOptions.benchmark() if workload.size == "benchmark" else DLRMOptions()
+    if workload.model == "wide_deep":
+        return WideDeepOptions.benchmark() if workload.size == "benchmark" else WideDeepOptions()
+    raise ValueError(f"unknown model {workload.model!r}; use 'dlrm' or 'wide_deep'")
+
+
+def build_model(workload: Workload, files: CriteoFiles, config: Config) -> tuple[tf.Graph, ModelGraph]:
+    """The workload's training graph for `config`, in a new tf.Graph."""
+    input_options = InputOptions(
+        reader="dataset",
+        batch_size=workload.batch_size,
+        prefetch=-1 if config.prefetch else None,
+        read_latency_ms=workload.read_latency_ms,
+        preprocess_in_dataset=config.preprocess_in_dataset,
+        iterator="initializable" if config.preprocess_in_dataset else "one_shot",
+    )
+    stage_fn = ss.staged if config.has_stage else no_stage
+    builder = build_dlrm if workload.model == "dlrm" else build_wide_deep
+    graph = tf.Graph()
+    with graph.as_default():
+        model = builder(files.data_path, files.vocabulary_paths, stage_fn=stage_fn,
+                        options=_model_options(workload), input_options=input_options)
+    return graph, model
+
+
+def _timed_steps(sess, fetch, warmup: int, steps: int, feed_dict=None) -> tuple[float, float]:
+    for _ in range(warmup):
+        sess.run(fetch, feed_dict)
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(steps):
+        sess.run(fetch, feed_dict)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def _sample(sess, fetch, global_step, warmup: int, steps: int) -> Sample:
+    first = sess.run(global_step)
+    wall, cpu = _timed_steps(sess, fetch, warmup, steps)
+    advanced = int(sess.run(global_step) - first)
+    return Sample(steps / wall, 1000.0 * cpu / steps, steps, advanced, wall)
+
+
+@dataclass
+class ConfigRunner:
+    """A configuration's graph, built once for a workload; `measure` opens one session per call."""
+
+    config: Config
+    workload: Workload
+    files: CriteoFiles
+    graph: tf.Graph = field(init=False)
+    model: ModelGraph = field(init=False)
+    build_seconds: float = field(init=False)
+    rewrite: Optional[ss.LiveRewrite] = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        start = time.perf_counter()
+        self.graph, self.model = build_model(self.workload, self.files, self.config)
+        self.build_seconds = time.perf_counter() - start
+        if self.config.stage == "smart":
+            # The user's path: creating the session rewrites the live graph (once per graph).
+            sess = ss.Session(graph=self.graph, config=ss.enable_smart_stage(session_config(DEFAULT_SETTING)))
+            self.rewrite = sess.smart_stage
+            sess.close()
+
+    @property
+    def stage_def(self):
+        defs = ss.stage_defs(self.graph)
+        return defs[0] if defs else None
+
+    def _stage_def_for(self, setting: Setting):
+        stage_def = type(self.stage_def)()
+        stage_def.CopyFrom(self.stage_def)  # the graph's own StageDef stays as staged() wrote it
+        stage_def.num_threads = setting.threads
+        stage_def.use_stage_subgraph_thread_pool = setting.own_pool
+        stage_def.stage_subgraph_thread_pool_id = STAGE_POOL_ID if setting.own_pool else 0
+        return stage_def
+
+    def measure(self, setting: Setting, warmup: int, steps: int) -> Sample:
+        """Trains `warmup` + `steps` steps in a new session with `setting`; times the last `steps`."""
+        config = session_config(setting)
+        model = self.model
+        if self.config.stage == "smart" and setting == DEFAULT_SETTING:
+            with ss.Session(graph=self.graph, config=ss.enable_smart_stage(config)) as sess:
+                sess.run(model.init_op)
+                return _sample(sess, model.train_op, model.global_step, warmup, steps)
+        with tf.compat.v1.Session(graph=self.graph, config=config) as sess:
+            sess.run(model.init_op)
+            if not self.config.has_stage:
+                return _sample(sess, model.train_op, model.global_step, warmup, steps)
+            with ss.start_prefetch_threads(sess, stages=[self._stage_def_for(setting)]):
+                return _sample(sess, model.train_op, model.global_step, warmup, steps)
+
+
+@dataclass(frozen=True)
+class Sides:
+    """The two sides of a step run alone: wall seconds and process CPU seconds per step."""
+
+    t_in: float
+    t_train: float
+    cpu_in: float
+    cpu_train: float
+
+
+class SidesRunner:
+    """Runs the input side and the training side of the no-stage graph alone, for splits of the step.
+
+        split = the preprocessed features (input pipeline | model), or SmartStage's boundary tensors
+        input side alone:    run every op the split tensors need (reading, parsing, preprocessing)
+        training side alone: run the train op of a copy of the graph whose split tensors read one
+                             fixed batch from variables (no feed_dict overhead, nothing for
+                             Grappler to constant-fold)
+    """
+
+    def __init__(self, runner: ConfigRunner, splits: Mapping[str, list[str]]):
+        if runner.config.has_stage or runner.config.prefetch:
+            raise ValueError("SidesRunner needs the no-stage graph")
+        self.runner = runner
+        self.notes: list[str] = []
+        self.inputs: dict[str, tf.Operation] = {}
+        graph = runner.graph
+        tensors: dict[str, list[tf.Tensor]] = {}
+        with graph.as_default():
+            for name, tensor_names in splits.items():
+                try:
+                    tensors[name] = [graph.get_tensor_by_name(t) for t in tensor_names]
+                except (KeyError, ValueError) as error:
+                    self.notes.append(f"split {name!r} skipped: {error}")
+                    continue
+                if not tensors[name]:
+                    self.notes.append(f"split {name!r} skipped: no tensors")
+                    del tensors[name]
+                    continue
+                self.inputs[name] = tf.group(*[t.op for t in tensors[name]], name=f"bench_input_side_{name}")
+        model = runner.model
+        with tf.compat.v1.Session(graph=graph, config=session_config(DEFAULT_SETTING)) as sess:
+            sess.run(model.init_op)
+            values = {name: sess.run(ts) for name, ts in tensors.items()}
+        graph_def = graph.as_graph_def()
+        self.trains: dict[str, tuple[tf.Graph, str, str]] = {}
+        for name, ts in tensors.items():
+            fixed_graph = tf.Graph()
+            with fixed_graph.as_default():
+                fixed, holders = {}, []
+                for k, (tensor, value) in enumerate(zip(ts, values[name])):
+                    # A resource variable holding the batch, with the tensor's own static shape
+                    # (batch dimension unknown, as in the real graph): Grappler folds constants even
+                    # through PlaceholderWithDefault, and would fold Unique and SparseConcat away.
+                    holder = tf.Variable(value, trainable=False, shape=tensor.shape, name=f"bench_fixed/{k}")
+                    holders.append(holder)
+                    fixed[tensor.name] = holder.read_value()
+                tf.graph_util.import_graph_def(graph_def, input_map=fixed, name="")
+                init = tf.group(fixed_graph.get_operation_by_name(model.init_op.name),
+                                tf.compat.v1.variables_initializer(holders), name="bench_fixed/init")
+            self.trains[name] = (fixed_graph, init.name, model.train_op.name)
+
+    def measure(self, warmup: int, steps: int) -> dict[str, Sides]:
+        model = self.runner.model
+        walls: dict[str, list[float]] = {}
+        with tf.compat.v1.Session(graph=self.runner.graph, config=session_config(DEFAULT_SETTING)) as sess:
+            sess.run(model.init_op)
+            for name, op in self.inputs.items():
+                walls[name] = list(_timed_steps(sess, op, warmup, steps))
+        for name, (graph, init, train) in self.trains.items():
+            with tf.compat.v1.Session(graph=graph, config=session_config(DEFAULT_SETTING)) as sess:
+                sess.run(init)
+                walls[name] += _timed_steps(sess, train, warmup, steps)
+        return {name: Sides(*(x / steps for x in (w[0], w[2], w[1], w[3]))) for name, w in walls.items()}
+
+
+def input_split(runner: ConfigRunner) -> list[str]:
+    """The input pipeline | model split: every preprocessed feature tensor."""
+    return sorted({t.name for t in runner.model.preprocessed.values()})
+
+
+def smart_split(runner: ConfigRunner) -> list[str]:
+    """SmartStage's cut: the tensors its rewritten stage carries (prefetch-side names)."""
+    if runner.rewrite is None or not runner.rewrite.stages:
+        return []
+    return sorted({name for stage in runner.rewrite.stages for name in stage.boundary})
+
+
+def with_latency(workload: Workload, latency_ms: float) -> Workload:
+    return replace(workload, variant="io", read_latency_ms=latency_ms)
