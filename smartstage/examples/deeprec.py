@@ -36,21 +36,18 @@ def deeprec_smart_stage_example(
     `mark_target` stands for DeepRec's `tf.train.mark_target_node` (called as `mark_target([target])`);
     `use_resource=False` keeps the TF1 reference variable of the original.
     """
-    filename_queue = tf.compat.v1.train.string_input_producer([data_path], shuffle=False)
-    reader = tf.compat.v1.TextLineReader()
-    k, v = reader.read(filename_queue)
+    files = tf.compat.v1.train.string_input_producer([data_path], shuffle=False)
+    _, line = tf.compat.v1.TextLineReader().read(files)
+    table = tf.compat.v1.get_variable("var", shape=[100, 3], initializer=tf.compat.v1.ones_initializer(),
+                                      use_resource=use_resource)
+    lines = tf.compat.v1.train.batch([line], batch_size=2, capacity=60)
+    user, item = tf.io.decode_csv(lines, record_defaults=[[""], [""]], field_delim=",")
+    staged = list(stage_fn([user, item]))
 
-    var = tf.compat.v1.get_variable(
-        "var", shape=[100, 3], initializer=tf.compat.v1.ones_initializer(), use_resource=use_resource
-    )
-    v = tf.compat.v1.train.batch([v], batch_size=2, capacity=20 * 3)
-    v0, v1 = tf.io.decode_csv(v, record_defaults=[[""], [""]], field_delim=",")
-    xx = list(stage_fn([v0, v1]))
-
-    xx[0] = tf.compat.v1.string_to_hash_bucket(xx[0], num_buckets=10)
-    xx[0] = tf.nn.embedding_lookup(var, xx[0])
-    xx[1] = tf.concat([xx[1], ["xxx"]], axis=0)
-    target = tf.concat([tf.as_string(xx[0]), [xx[1], xx[1]]], 0)
+    ids = tf.compat.v1.string_to_hash_bucket(staged[0], num_buckets=10)
+    rows = tf.nn.embedding_lookup(table, ids)
+    items = tf.concat([staged[1], ["xxx"]], axis=0)
+    target = tf.concat([tf.as_string(rows), [items, items]], 0)
 
     if mark_target is not None:
         mark_target([target])
