@@ -154,6 +154,13 @@ def _parse(s: str) -> TensorName:
     return _new(TensorName, (s, 0))
 
 
+def input_source(s: str) -> str:
+    """The node an input string reads from: "x:1" -> "x", "^x" -> "x", "x" -> "x"."""
+    if s[0] == "^":
+        return s[1:]
+    return s.rpartition(":")[0] if ":" in s and s.rpartition(":")[2].isdigit() else s
+
+
 class GraphView:
     """Read-only index of a GraphDef: nodes by name and position, inputs parsed once, fanouts with ports.
 
@@ -186,11 +193,12 @@ class GraphView:
         self._position_of = position
         self._node_cache: dict[str, node_def_pb2.NodeDef] = {}
         self._inputs: dict[str, list[TensorName]] = {}
+        self._raw: dict[str, tuple[str, ...]] = {}
         if base is not None:
             stale = set(changed or ())
             self._inputs = {k: v for k, v in base._inputs.items() if k not in stale and k in position}
+            self._raw = {k: v for k, v in base._raw.items() if k not in stale and k in position}
         self._fanouts: dict[str, list[Fanout]] | None = None
-        self._by_op: dict[str, list[str]] | None = None
         self._order: list[str] | None = None
         self._dangling: list[str] = []
 
@@ -236,29 +244,31 @@ class GraphView:
 
     def nodes_of_type(self, ops: Iterable[str]) -> list[str]:
         """Names of the nodes whose op type is in `ops`, in graph order."""
-        if self._by_op is None:
-            by_op: dict[str, list[str]] = {}
-            for name, op in self._op_of.items():
-                by_op.setdefault(op, []).append(name)
-            self._by_op = by_op
-        found = [n for op in set(ops) for n in self._by_op.get(op, ())]
-        return sorted(found, key=self.position)
+        ops = frozenset(ops)
+        return [name for name, op in self._op_of.items() if op in ops]
 
-    def parse_all(self) -> None:
-        """Parses the inputs of every node in one sweep over the GraphDef (cheaper than node by node)."""
-        cache = self._inputs
-        if len(cache) == len(self._names):
+    def read_all(self) -> None:
+        """Reads the input strings of every node in one sweep over the GraphDef (cheaper than node by node;
+        parsing them waits until a node's inputs are asked for)."""
+        raw = self._raw
+        if len(raw) == len(self._names):
             return
         for name, node in zip(self._names, self.graph_def.node):
-            if name not in cache:
-                cache[name] = [_parse(s) for s in node.input]
+            if name not in raw:
+                raw[name] = tuple(node.input)
 
-    # -- edges -------------------------------------------------------------------------------
+    def raw_inputs(self, name: str) -> tuple[str, ...]:
+        """The input strings of `name` as the NodeDef has them ("x", "x:1", "^x"); see input_source()."""
+        raw = self._raw.get(name)
+        if raw is None:
+            raw = self._raw[name] = tuple(self.node(name).input)
+        return raw
+
     def inputs(self, name: str) -> list[TensorName]:
         """All inputs of `name` in NodeDef order: data inputs, then control inputs."""
         parsed = self._inputs.get(name)
         if parsed is None:
-            parsed = self._inputs[name] = [_parse(s) for s in self.node(name).input]
+            parsed = self._inputs[name] = [_parse(s) for s in self.raw_inputs(name)]
         return parsed
 
     def data_inputs(self, name: str) -> list[TensorName]:
@@ -278,10 +288,10 @@ class GraphView:
 
     def _build_fanouts(self) -> None:
         fanouts: dict[str, list[Fanout]] = {}
-        self.parse_all()
-        cache = self._inputs
+        self.read_all()
+        inputs = self.inputs
         for consumer in self._names:  # graph order, whatever order the inputs were parsed in
-            for index, (src, port) in enumerate(cache[consumer]):
+            for index, (src, port) in enumerate(inputs(consumer)):
                 bucket = fanouts.get(src)
                 if bucket is None:
                     fanouts[src] = [_new(Fanout, (consumer, index, port))]
@@ -354,13 +364,16 @@ class GraphView:
         writes graphs that way, and so does SmartStage), else Kahn's order with ties in graph order.
         GraphError names a cycle. Inputs that name no node are ignored here (see check_inputs)."""
         if self._order is None:
-            self.parse_all()
-            nodes, inputs, seen = self._position_of, self._inputs, set()
+            self.read_all()
+            nodes, raw, seen = self._position_of, self._raw, set()
             in_order = True
             dangling = []
             for name in self._names:
-                for src, _ in inputs[name]:
-                    if src not in seen:
+                for s in raw[name]:
+                    if s not in seen:  # a plain "x" is the node's own name: one lookup settles it
+                        src = input_source(s)
+                        if src in seen:
+                            continue
                         if src not in nodes:
                             dangling.append(name)
                         elif not self._is_back_edge(src, name):

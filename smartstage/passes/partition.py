@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from smartstage.graph import CONTROL_PORT, GraphView, is_stateful_op
+from smartstage.graph import CONTROL_PORT, GraphView, input_source, is_stateful_op
 from smartstage.passes.find_stages import StageBoundary
 from smartstage.passes.pins import RANDOM_OPS, Pin, PinRules
 
@@ -97,13 +97,17 @@ def _sweep(view: GraphView, stages: list[StageBoundary], rules: PinRules, order:
             member[name] = st
             claimed.add(name)
     consumed: set[str] = set()
-    inputs = view.inputs
+    raw_inputs = view.raw_inputs
     for name in order:
-        parsed = inputs(name)
+        raw = raw_inputs(name)
         owners = None
-        for src, _ in parsed:
-            st = member.get(src)
+        for s in raw:
+            st = member.get(s)  # a plain "x" names the node itself
+            if st is None and (s[0] == "^" or ":" in s):
+                s = input_source(s)
+                st = member.get(s)
             if st is not None:
+                src = s
                 consumed.add(src)  # every reader of a member is a member: only members need counting
                 if owners is None:
                     owners = st
@@ -113,16 +117,18 @@ def _sweep(view: GraphView, stages: list[StageBoundary], rules: PinRules, order:
         if owners is None or name in claimed:
             continue
         member[name] = owners
+        sources = [s if s[0] != "^" and ":" not in s else input_source(s) for s in raw]
         for st in (owners if isinstance(owners, tuple) else (owners,)):
             if name not in st.own:
-                st.verdict[name] = _decide(view, rules, st, name, parsed, claimed)
+                st.verdict[name] = _decide(view, rules, st, name, sources, claimed)
     return states, consumed
 
 
-def _decide(view: GraphView, rules: PinRules, st: _StageState, name: str, parsed, claimed: set[str]) -> Pin | None:
+def _decide(view: GraphView, rules: PinRules, st: _StageState, name: str, sources: list[str],
+            claimed: set[str]) -> Pin | None:
     verdict = st.verdict
     pin = None
-    for src, _ in parsed:
+    for src in sources:
         if src == st.take:
             st.reads_take.add(name)
             continue

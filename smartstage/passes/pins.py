@@ -92,15 +92,21 @@ class PinRules:
         self._functions = {f.signature.name: f for f in view.graph_def.library.function}
         self._function_verdict: dict[str, str | None] = {}
         self._source: dict[str, Pin | None] = {}
+        self._special = targets | feeds | stage_ops
         self._taint: dict[str, Pin] = {}
         self._free: dict[str, bool] = {}
 
     # -- pin sources ---------------------------------------------------------------------------
     def source(self, name: str) -> Pin | None:
         """The pin of `name` itself, from its op type and role; None if its type allows moving."""
-        if name not in self._source:
-            self._source[name] = self._classify(name)
-        return self._source[name]
+        if name in self._source:
+            return self._source[name]
+        op = self.view.op(name)
+        if (name not in self._special and op not in VARIABLE_READ_OPS and op not in FUNCTIONAL_OPS
+                and op not in self._functions and _op_verdict(op) is None):
+            return None  # the common case, decided by the op type alone
+        pin = self._source[name] = self._classify(name)
+        return pin
 
     def _classify(self, name: str) -> Pin | None:
         op = self.view.op(name)
