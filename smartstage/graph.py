@@ -251,7 +251,14 @@ class GraphView:
         """Reads the input strings of every node in one sweep over the GraphDef (cheaper than node by node;
         parsing them waits until a node's inputs are asked for)."""
         raw = self._raw
-        if len(raw) == len(self._names):
+        missing = len(self._names) - len(raw)
+        if missing == 0:
+            return
+        if missing < len(self._names) // 4:  # a view derived from another: fetch just the edited nodes
+            nodes, position = self.graph_def.node, self._position_of
+            for name in self._names:
+                if name not in raw:
+                    raw[name] = tuple(nodes[position[name]].input)
             return
         for name, node in zip(self._names, self.graph_def.node):
             if name not in raw:
