@@ -74,7 +74,8 @@ class LiveRewrite:
     prefetch_nodes: dict[str, str] = field(default_factory=dict)  # node now on a prefetch side -> stage
     # ops built after the rewrite that read a prefetch-side tensor the stage does not carry -> why
     unservable: dict[str, str] = field(default_factory=dict)
-    last_id: int = 0  # ops with a larger id were built after the rewrite
+    last_id: int = 0  # the graph's version at the rewrite: a larger version means ops were built since
+    last_op_id: int = 0  # the largest op id at the rewrite (op ids run one ahead of Graph.version)
     seconds: float = 0.0
 
     @property
@@ -140,11 +141,14 @@ def rewrite_live_graph(graph: tf.Graph, config, targets: Iterable[Any] = ()) -> 
 
 
 def _apply(graph: tf.Graph, result) -> LiveRewrite:
+    from smartstage.live_auto_stage import apply_auto_stages, auto_stage_names
+
     record = LiveRewrite(result=result, notes=tuple(result.notes))
     notes = list(record.notes)
-    stages = []
+    stages = apply_auto_stages(graph, result, record)  # inserted stages: built once, in their final form
+    inserted = auto_stage_names(result)
     for partition in result.partitions:
-        if not partition.changes_graph:
+        if not partition.changes_graph or partition.stage.name in inserted:
             continue
         reason = _unsupported(graph, partition)
         if reason:
@@ -155,7 +159,12 @@ def _apply(graph: tf.Graph, result) -> LiveRewrite:
     record.stages = tuple(stages)
     record.notes = tuple(notes)
     record.last_id = graph.version
+    record.last_op_id = _last_op_id(graph)
     return record
+
+
+def _last_op_id(graph: tf.Graph) -> int:
+    return max(graph._nodes_by_id, default=0)  # noqa: SLF001
 
 
 def _unsupported(graph: tf.Graph, partition) -> str:
@@ -352,10 +361,12 @@ def adopt_late_ops(graph: tf.Graph, record: LiveRewrite) -> int:
     last = graph.version
     if last <= record.last_id or not record.stages:
         record.last_id = max(record.last_id, last)
+        record.last_op_id = max(record.last_op_id, _last_op_id(graph))
         return 0
     by_id = graph._nodes_by_id  # noqa: SLF001
+    last_op = _last_op_id(graph)
     rewired = 0
-    for op_id in range(record.last_id + 1, last + 1):
+    for op_id in range(record.last_op_id + 1, last_op + 1):
         if op_id not in by_id:
             continue
         op = by_id[op_id]
@@ -380,6 +391,7 @@ def adopt_late_ops(graph: tf.Graph, record: LiveRewrite) -> int:
             changed = True
         rewired += changed
     record.last_id = last
+    record.last_op_id = last_op
     if rewired:
         logger.info("SmartStage rewired %d op(s) built after the rewrite to the new takes", rewired)
     return rewired
