@@ -22,10 +22,13 @@ Prefetch threads:
   run() that reads a stage (after the user's init runs) and stops them in close(). An error of a
   prefetch thread is raised by run() as that error (not as the OutOfRangeError it causes).
   `prefetch=False` leaves the threads to the caller (smartstage.start_prefetch_threads).
+  A run that re-initialises the iterator behind a stage (its initializer, or an init op that
+  depends on it) empties that stage and refills it from the new iterator (smartstage.runtime.reinit).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from typing import Any, Iterable
@@ -36,6 +39,7 @@ from smartstage.config import options_from_config, to_session_config
 from smartstage.fetches import FetchMapper
 from smartstage.live_rewrite import LiveRewrite, adopt_late_ops, live_rewrite_of, rewrite_live_graph
 from smartstage.runtime import PrefetchThreads, stage_defs, start_prefetch_threads
+from smartstage.runtime.reinit import ReinitWatch
 from smartstage.runtime.runner import STOP_JOIN_SECONDS
 
 logger = logging.getLogger(__name__)
@@ -102,6 +106,7 @@ class Session(tf.compat.v1.Session):
         self._prefetch_lock = threading.Lock()
         self._reaches_stage: dict[frozenset, bool] = {}
         self._error_raised = False
+        self._reinit: ReinitWatch | None = None
         self._smartstage = prepare_graph(graph, config, targets)
         self._mapper = FetchMapper(self._smartstage)
         super().__init__(target, graph=graph, config=to_session_config(config))
@@ -119,7 +124,8 @@ class Session(tf.compat.v1.Session):
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         mapped = self._prepare(fetches, feed_dict)
         try:
-            return super().run(mapped, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+            with self._reinitialising(mapped):
+                return super().run(mapped, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
         except tf.errors.OpError as error:
             self._raise_prefetch_error(error)
             raise
@@ -131,7 +137,8 @@ class Session(tf.compat.v1.Session):
         def run_callable(*args, **kwargs):
             self._prepare(mapped, None)
             try:
-                return call(*args, **kwargs)
+                with self._reinitialising(mapped):
+                    return call(*args, **kwargs)
             except tf.errors.OpError as error:
                 self._raise_prefetch_error(error)
                 raise
@@ -143,6 +150,15 @@ class Session(tf.compat.v1.Session):
 
     def partial_run(self, handle, fetches, feed_dict=None):
         return super().partial_run(handle, self._prepare(fetches, feed_dict), feed_dict)
+
+    def _reinitialising(self, fetches):
+        """Around a run that re-initialises the iterator behind a stage: empties and refills the stage."""
+        threads = self._prefetch_threads
+        if threads is None:
+            return contextlib.nullcontext()
+        if self._reinit is None:
+            self._reinit = ReinitWatch(self.graph, threads.stage_names)
+        return self._reinit.around(threads, fetches)
 
     def _prepare(self, fetches, feed_dict):
         """Raises a recorded prefetch error, adopts late ops, maps fetches, checks feeds, starts prefetch."""
