@@ -17,6 +17,7 @@ from smartstage.runtime.metadata import (
     stage_defs,
     stage_defs_from_meta_graph,
 )
+from smartstage.runtime.reinit import ReinitWatch, run_initializer
 from smartstage.runtime.runner import PrefetchThreads, start_prefetch_threads
 from smartstage.runtime.stage import staged
 from smartstage.runtime.targets import mark_target_node, target_node_names
@@ -26,10 +27,12 @@ __all__ = [
     "TARGETS_COLLECTION",
     "PrefetchHook",
     "PrefetchThreads",
+    "ReinitWatch",
     "StageRecord",
     "add_stage_def",
     "make_prefetch_hook",
     "mark_target_node",
+    "run_initializer",
     "stage_defs",
     "stage_defs_from_meta_graph",
     "staged",
