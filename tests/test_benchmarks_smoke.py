@@ -1,0 +1,82 @@
+"""Both benchmarks run end to end in their smallest mode, so they keep working.
+
+    python -m benchmarks.e2e --smoke        # a tiny DLRM-like model, every configuration, a 2-point grid
+    python -m benchmarks.scaling --smoke    # one 5,000-node training graph, each operation in its own process
+
+Each runs in a subprocess (the benchmarks set process-wide TensorFlow state), both at once: on
+two cores that keeps the pair well under a minute. The numbers are not checked, only that every
+configuration and operation produced one, and that the JSON and PNG were written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("benchmarks")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
+    procs = {
+        name: subprocess.Popen([sys.executable, "-m", f"benchmarks.{name}", "--smoke", "--out", str(out / name)],
+                               cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for name in ("e2e", "scaling")
+    }
+    results = {}
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=300)
+        results[name] = (proc.returncode, stdout, stderr, out / name)
+    return results
+
+
+def _latest(out_dir: Path, stem: str) -> dict:
+    return json.loads((out_dir / f"{stem}-latest.json").read_text())
+
+
+def test_e2e_smoke_measures_every_configuration(smoke_runs):
+    code, stdout, stderr, out = smoke_runs["e2e"]
+    assert code == 0, stderr[-3000:]
+    result = _latest(out, "e2e")
+    (workload,) = result["workloads"]
+    assert not workload["errors"]
+    for name in ("no_stage", "staged", "tfdata_prefetch", "tfdata_map", "smart", "smart_prefetch"):
+        settings = workload["rows"][name]["settings"]
+        assert settings[0]["is_default"]
+        assert all(s["steps_per_sec"]["median"] > 0 for s in settings), name
+    assert workload["smart_stage"]["moved"] > 0
+    assert workload["sides_ms"]["input"]["t_train"]["median"] > 0
+    assert workload["sides_ms"]["smart"]["t_train"]["median"] > 0
+    assert "| SmartStage | default |" in stdout
+    if _has_matplotlib():
+        assert (out / "e2e-latest.png").stat().st_size > 0
+
+
+def test_scaling_smoke_measures_every_operation(smoke_runs):
+    code, stdout, stderr, out = smoke_runs["scaling"]
+    assert code == 0, stderr[-3000:]
+    result = _latest(out, "scaling")
+    assert not result["errors"]
+    (row,) = result["summary"]["rows"].values()
+    for op in ("parse", "import", "optimize"):
+        assert row[op]["cpu_seconds"]["median"] > 0, op
+    assert row["optimize"]["moved"] > 0
+    assert 4_000 < row["optimize"]["nodes"] < 6_000
+    assert "optimize / import" in stdout
+    if _has_matplotlib():
+        assert (out / "scaling-latest.png").stat().st_size > 0
+
+
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
