@@ -42,6 +42,8 @@ QUEUE_READS = {"QueueDequeueManyV2", "QueueDequeueUpToV2", "QueueDequeueMany", "
 READER_READS = {"ReaderReadV2", "ReaderReadUpToV2", "ReaderRead", "ReaderReadUpTo"}
 SOURCE_OPS = ITERATOR_READS | QUEUE_READS | READER_READS
 INITIALIZER_OPS = {"MakeIterator"}
+# Ops a QueueRunner runs to fill an input queue: a source that only feeds them is read by the runner, not the step.
+RUNNER_ENQUEUE_OPS = {"QueueEnqueueV2", "QueueEnqueue", "QueueEnqueueManyV2", "QueueEnqueueMany"}
 
 # Why a source keeps its place (SourceVerdict.kind).
 COVERED = "covered"
@@ -50,6 +52,7 @@ FETCHED = "fetched_directly"
 CONTROL_FLOW = "control_flow"
 FED = "fed"
 UNUSED = "unused"
+FEEDS_QUEUE = "feeds_queue"
 
 
 @dataclass(frozen=True)
@@ -159,11 +162,14 @@ def _judge(view: GraphView, source: InputSource, covering: dict[str, str], read_
     if fetched:
         return keep(FETCHED, f"{fetched[0]!r} is fetched directly (a target): a loop that fetches the batch "
                              "itself, such as an eval loop, must read it in its own step")
-    for name in view.ancestors(source.nodes):
+    upstream = sorted(view.ancestors(source.nodes), key=view.position)
+    for name in upstream:
         op = view.op(name)
         if op in CONTROL_FLOW_OPS:
             return keep(CONTROL_FLOW, f"it sits behind control flow ({name!r}, {op}): whether it reads a batch is "
                                       "decided in each step, so no batch can be read ahead")
+    for name in upstream:
+        op = view.op(name)
         if op in FEED_OPS or name in feeds:
             return keep(FED, f"it depends on the fed {name!r} ({op}), e.g. a feedable iterator's string handle: "
                              "what it reads is decided by each step's feed")
@@ -172,7 +178,28 @@ def _judge(view: GraphView, source: InputSource, covering: dict[str, str], read_
     if read_by_step is not None and not any(n in read_by_step for n in source.nodes):
         return keep(NOT_READ, "no target depends on it, so the training step does not read it (an iterator "
                               "only an eval loop reads, say); pass the eval fetches as targets to stage it too")
+    enqueue = _only_feeds_queues(view, source.nodes) if read_by_step is None else ""  # else: not an ancestor
+    if enqueue:
+        return keep(FEEDS_QUEUE, f"it only feeds an input queue (through {enqueue!r}), which a QueueRunner fills; "
+                                 "the step reads that queue's dequeue")
     return SourceVerdict(source)
+
+
+def _only_feeds_queues(view: GraphView, roots: tuple[str, ...]) -> str:
+    """The first enqueue op reached when everything downstream of `roots` ends in queue enqueues, else ""."""
+    seen, todo, enqueue = set(roots), list(roots), ""
+    while todo:
+        name = todo.pop()
+        consumers = view.consumers(name)
+        if not consumers and name not in roots:
+            return ""  # a sink the step may fetch
+        for consumer in consumers:
+            if view.op(consumer) in RUNNER_ENQUEUE_OPS:
+                enqueue = enqueue or consumer
+            elif consumer not in seen:
+                seen.add(consumer)
+                todo.append(consumer)
+    return enqueue
 
 
 # -- the edit -----------------------------------------------------------------------------------------
@@ -287,6 +314,11 @@ def insert_stages(graph_def: graph_pb2.GraphDef, view: GraphView, chosen: list[t
     return new
 
 
+def _sources_in_functions(graph_def: graph_pb2.GraphDef) -> list[tuple[str, str, str]]:
+    return [(f.signature.name, n.name, n.op) for f in graph_def.library.function for n in f.node_def
+            if n.op in SOURCE_OPS]
+
+
 def _dedupe_controls(node) -> None:
     data = [s for s in node.input if not s.startswith("^")]
     read = {s.split(":")[0] for s in data}
@@ -308,6 +340,9 @@ class AutoStage:
         notes = [] if ctx.targets else [
             "auto-stage: no targets are known (no train_op collection, no targets=...): every input source "
             "counts as read by the training step"]
+        notes += [f"input source {node!r} ({op}) inside function {fname!r} stays synchronous: it reads only when "
+                  "that function runs (a tf.cond / tf.while_loop branch of control flow v2, or a tf.function)"
+                  for fname, node, op in _sources_in_functions(graph_def)]
         settings = settings_of(options)
         taken: set[str] = set()
         chosen: list[tuple[InputSource, StageNodes]] = []
@@ -323,7 +358,7 @@ class AutoStage:
         if not chosen and not ctx.stages:
             raise NoStageError(
                 "the graph has no stage boundary, and auto-stage found no input source to stage"
-                + (": " + "; ".join(v.describe() for v in final) if final else
+                + (": " + "; ".join([v.describe() for v in final] + notes) if final or notes else
                    " (no IteratorGetNext, queue DequeueMany/UpTo or reader read)")
                 + ". Wrap your parsed features with smartstage.staged(...) after the input pipeline")
         inserted = tuple(InsertedStage(nodes.name, source, tuple(nodes.stage_def.boundary_tensors), nodes.names,
