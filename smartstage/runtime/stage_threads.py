@@ -198,6 +198,8 @@ class StageThreads:
         self.start()
 
     def start(self) -> None:
+        if self.resettable and not self._prime():
+            return
         for index in range(len(self.puts)):
             thread = threading.Thread(
                 target=self._loop, args=(index,), name=f"smartstage-prefetch-{self.name}-{index}", daemon=True
@@ -206,20 +208,38 @@ class StageThreads:
         for thread in self.threads:
             thread.start()
 
+    def _prime(self) -> bool:
+        """A resettable stage runs its put once before its threads start, in the caller's thread: an
+        iterator that is not initialised is known before any step can take (no step then waits for a
+        batch that will not come), and so is an input that is already at its end. True: start the threads."""
+        try:
+            self._run_put(_PutState())
+            return True
+        except Exception as error:  # noqa: BLE001  classified like the threads' errors
+            if getattr(error, "error_code", None) in self.closed_codes:
+                with self._lock:
+                    self._closed_threads = len(self.puts) - 1
+                self._thread_closed()
+                return False
+            return self._handle(error, 0)
+
+    def _run_put(self, put_state: _PutState) -> None:
+        feed = None
+        if self.feed_values:
+            values = self.sess.run(self.feed_values, options=self.run_options)
+            feed = dict(zip(self.placeholders, values))
+        put_state.started = time.monotonic()
+        try:
+            self.sess.run(self.put, feed_dict=feed, options=self.run_options)
+        finally:
+            put_state.started = None
+            put_state.warned = 0
+
     def _loop(self, index: int) -> None:
         put_state = self.puts[index]
         while not self.owner.stopping() and not self._paused.is_set():
             try:
-                feed = None
-                if self.feed_values:
-                    values = self.sess.run(self.feed_values, options=self.run_options)
-                    feed = dict(zip(self.placeholders, values))
-                put_state.started = time.monotonic()
-                try:
-                    self.sess.run(self.put, feed_dict=feed, options=self.run_options)
-                finally:
-                    put_state.started = None
-                    put_state.warned = 0
+                self._run_put(put_state)
             except Exception as error:  # noqa: BLE001  every outcome is classified below
                 if not self._handle(error, index):
                     return
