@@ -32,168 +32,38 @@ Runs after expand_stage. Per stage:
 The report (summary, details, ctx.extra["gpu_placement"]) lists per stage every device change
 (from -> to), every copy made, every node left and why, and for each boundary tensor where its copy to
 the GPU now happens.
+
+The report dataclasses live in gpu_placement_report, the collected edits in gpu_placement_edits, and the
+buffer's GPU and boundary memory (step 3's analysis) in gpu_placement_buffer.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
 
-from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2, types_pb2
+from tensorflow.core.framework import graph_pb2, node_def_pb2, types_pb2
 
-from smartstage.graph import CONTROL_PORT, GraphView, dtype_name, input_string, is_stateful_op, op_def, parse_tensor_name
-from smartstage.passes.find_stages import FIFO, STAGING_OPS, StageBoundary
+from smartstage.graph import GraphView, input_string, is_stateful_op, op_def, parse_tensor_name
+from smartstage.passes.find_stages import StageBoundary
+from smartstage.passes.gpu_placement_buffer import (
+    buffer_problem, component_memory, describe_boundary, main_gpu_of, set_hostmem,
+)
+from smartstage.passes.gpu_placement_edits import PlacementEdits
+from smartstage.passes.gpu_placement_report import BoundaryCopy, DeviceChange, KeptNode, StagePlacement
 from smartstage.passes.pins import FEED_OPS, FUNCTIONAL_OPS
 from smartstage.pipeline import PassContext, PassResult
-from smartstage.placement import (
-    ALWAYS_ON_HOST, CPU, DEVICE, GPU, HOST, ColocationGroups, PrefetchSides, covers, cpu_device_for,
-    DeviceSpec, has_kernel, has_task, input_memory, is_gpu, merge_compatible, most_common, parse_device,
-    prefetch_sides, same_device, stage_task, task_spec,
+from smartstage.placement.colocation import ColocationGroups
+from smartstage.placement.devices import (
+    CPU, GPU, DeviceSpec, cpu_device_for, has_task, is_gpu, merge_compatible, parse_device, same_device, stage_task,
+    task_spec,
 )
+from smartstage.placement.kernels import DEVICE, has_kernel
+from smartstage.placement.prefetch_sides import PrefetchSides, prefetch_sides
 
 logger = logging.getLogger(__name__)
 
 COPY_SCOPE = "prefetch_copy"
 MAX_COPY_BYTES = 1 << 20  # total NodeDef bytes the pass may duplicate (constants are the bulk)
-_HOST_ONLY_IN_BUFFER = ALWAYS_ON_HOST | {types_pb2.DT_VARIANT}  # variants: no device copy function is assumed
-_OUTPUT_HOSTMEM_OPS = {"StagePeek"}  # stage ops that hand out components besides the take
-
-
-@dataclass(frozen=True)
-class DeviceChange:
-    node: str
-    before: str
-    after: str
-    why: str
-
-
-@dataclass(frozen=True)
-class KeptNode:
-    node: str
-    device: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class BoundaryCopy:
-    """One boundary tensor: how the buffer holds it and where its copy to the GPU happens."""
-
-    tensor: str          # as the prefetch side names it ("hash:0")
-    take_output: str     # what the main side reads ("stage/take:1")
-    dtype: str
-    memory: str          # "device" or "host" inside the buffer
-    copy_to_gpu: str     # where the host-to-device copy happens now
-    reason: str
-
-
-@dataclass(frozen=True)
-class StagePlacement:
-    """What the pass did to one stage, as data."""
-
-    stage: str
-    main_device: str | None
-    buffer_device_before: str
-    buffer_device_after: str
-    device_changes: tuple[DeviceChange, ...] = ()
-    boundary: tuple[BoundaryCopy, ...] = ()
-    copies: tuple[tuple[str, str], ...] = ()  # (shared node, its prefetch-side copy)
-    kept: tuple[KeptNode, ...] = ()
-    notes: tuple[str, ...] = ()
-
-    def as_dict(self) -> dict:
-        """Plain dicts and lists, for JSON."""
-        return asdict(self)
-
-    def summary_lines(self) -> list[str]:
-        lines = []
-        moved = [c for c in self.device_changes if c.why != "stage"]
-        if moved:
-            targets = sorted({c.after for c in moved})
-            shown = ", ".join(f"{c.node} ({c.before or 'no device'} -> {c.after})" for c in moved[:6])
-            more = f", ... (+{len(moved) - 6})" if len(moved) > 6 else ""
-            lines.append(f"{self.stage}: {len(moved)} prefetch-side node(s) placed on {', '.join(targets)}: {shown}{more}")
-        staged = [c for c in self.device_changes if c.why == "stage"]
-        if staged:
-            lines.append(f"{self.stage}: the buffer and its ops moved to {self.buffer_device_after}: "
-                         + ", ".join(f"{c.node} ({c.before or 'no device'} -> {c.after})" for c in staged))
-        on_gpu = [b for b in self.boundary if b.memory == DEVICE]
-        on_host = [b for b in self.boundary if b.memory == HOST]
-        if on_gpu:
-            lines.append(f"{self.stage}: {len(on_gpu)} boundary tensor(s) reach {self.buffer_device_after} on the "
-                         "prefetch side (copied at the put): " + ", ".join(f"{b.tensor} ({b.dtype})" for b in on_gpu))
-        if on_host and (on_gpu or is_gpu(self.buffer_device_after)):
-            lines.append(f"{self.stage}: {len(on_host)} stay in host memory (_input_hostmem on the put, "
-                         "_output_hostmem on the take): "
-                         + "; ".join(f"{b.tensor} ({b.dtype}): {b.reason}" for b in on_host[:6])
-                         + (f"; ... (+{len(on_host) - 6})" if len(on_host) > 6 else ""))
-        if self.copies:
-            lines.append(f"{self.stage}: {len(self.copies)} node(s) the main side also uses were copied for the "
-                         "prefetch side: " + ", ".join(f"{a} -> {b}" for a, b in self.copies[:6]))
-        for k in self.kept[:6]:
-            lines.append(f"{self.stage}: left {k.node} on {k.device or 'no device'}: {k.reason}")
-        if len(self.kept) > 6:
-            lines.append(f"{self.stage}: ... and {len(self.kept) - 6} more node(s) left")
-        lines.extend(f"{self.stage}: {n}" for n in self.notes)
-        return lines
-
-
-class _Edits:
-    """The changes to apply, collected first, applied all at once (or not at all)."""
-
-    def __init__(self, view: GraphView):
-        self.view = view
-        self.device: dict[str, str] = {}
-        self.attrs: dict[str, dict[str, attr_value_pb2.AttrValue | None]] = {}
-        self.inputs: dict[str, list[str]] = {}
-        self.new_nodes: list[node_def_pb2.NodeDef] = []
-        self._new_names: set[str] = set()
-
-    def device_of(self, name: str) -> str:
-        if name in self.device:
-            return self.device[name]
-        return self.view.node(name).device if name in self.view else ""
-
-    def set_device(self, name: str, device: str) -> bool:
-        if same_device(self.device_of(name), device) and self.device_of(name):
-            return False
-        self.device[name] = device
-        return True
-
-    def set_attr(self, name: str, key: str, value: attr_value_pb2.AttrValue | None) -> bool:
-        node = self.view.node(name)
-        current = node.attr[key] if key in node.attr else None
-        if current == value:
-            return False
-        self.attrs.setdefault(name, {})[key] = value
-        return True
-
-    def unique_name(self, wanted: str) -> str:
-        name, i = wanted, 1
-        while name in self.view or name in self._new_names:
-            name, i = f"{wanted}_{i}", i + 1
-        self._new_names.add(name)
-        return name
-
-    @property
-    def empty(self) -> bool:
-        return not (self.device or self.attrs or self.inputs or self.new_nodes)
-
-    def apply(self, graph_def: graph_pb2.GraphDef) -> graph_pb2.GraphDef:
-        new = graph_pb2.GraphDef()
-        new.CopyFrom(graph_def)
-        for node in new.node:
-            if node.name in self.device:
-                node.device = self.device[node.name]
-            for key, value in self.attrs.get(node.name, {}).items():
-                if value is None:
-                    del node.attr[key]
-                else:
-                    node.attr[key].CopyFrom(value)
-            if node.name in self.inputs:
-                del node.input[:]
-                node.input.extend(self.inputs[node.name])
-        new.node.extend(self.new_nodes)
-        return new
 
 
 class GpuPlacement:
@@ -225,7 +95,7 @@ class GpuPlacement:
 
 
 class _Planner:
-    """Decides every edit of one run of the pass (analysis; _Edits.apply is the only writer)."""
+    """Decides every edit of one run of the pass (analysis; PlacementEdits.apply is the only writer)."""
 
     def __init__(self, view: GraphView, stages: list[StageBoundary], main_device: str | None, max_copy_bytes: int):
         self.view = view
@@ -234,7 +104,7 @@ class _Planner:
         self.copy_budget = self.max_copy_bytes = max_copy_bytes
         self.sides: PrefetchSides = prefetch_sides(view, stages)
         self.groups = ColocationGroups(view)
-        self.edits = _Edits(view)
+        self.edits = PlacementEdits(view)
         # Where each stage's main side reads it (its GPU), and the task of the stage: that GPU's task, else
         # the one the stage's ops name, else the one its readers name. Both come from the graph as it was,
         # so a second run finds the same answers (the buffer has moved to that GPU by then).
@@ -243,7 +113,7 @@ class _Planner:
         for s in stages:
             base = stage_task([view.node(n).device for n in s.ops],
                               [view.node(f.consumer).device for f in view.fanouts(s.take)])
-            self.main_gpu[s.name] = self._main_gpu(s, base)
+            self.main_gpu[s.name] = main_gpu_of(view, self.groups, self.sides, s, base, main_device)
             gpu_task = task_spec(self.main_gpu[s.name] or "")
             self.task[s.name] = gpu_task if has_task(gpu_task) else base
         self.changes: dict[str, list[DeviceChange]] = {s.name: [] for s in stages}
@@ -423,30 +293,7 @@ class _Planner:
         if not has_kernel(node, CPU):
             return f"{node.op} has no CPU kernel for its types"
         return ""
-
     # -- 3. the buffer -> the main side's GPU ------------------------------------------------------
-    def _main_gpu(self, stage: StageBoundary, task: DeviceSpec) -> str | None:
-        """The GPU the main side reads `stage` on: one the buffer's ops name (take, put, buffer first), else the
-        most common GPU of the take's main-side readers, else the main_device option; None if none is known."""
-
-        def full(device: str) -> str:
-            return task.make_merged_spec(parse_device(device)).to_string()
-
-        view = self.view
-        buffer_ops = set(self.groups.group(stage.buffer or stage.put)) | set(stage.ops)
-        first = [n for n in (stage.take, stage.put, stage.buffer) if n]
-        for name in first + sorted(buffer_ops - set(first)):
-            if is_gpu(view.node(name).device):
-                return full(view.node(name).device)
-        readers = [view.node(f.consumer).device for f in view.fanouts(stage.take)
-                   if f.port != CONTROL_PORT and f.consumer not in self.sides.owners]
-        common = most_common(parse_device(d).to_string() for d in readers if is_gpu(d))
-        if common:
-            return full(common)
-        if self.main_device:
-            return full(self.main_device)
-        return None
-
     def _place_buffer(self, stage: StageBoundary) -> StagePlacement:
         view, edits = self.view, self.edits
         buffer_node = stage.buffer or stage.put
@@ -459,9 +306,9 @@ class _Planner:
                          "stays where it is; place the model with tf.device('/device:GPU:0') or pass "
                          "GpuPlacement(main_device=...)")
         else:
-            memory = self._component_memory(stage, main_gpu)
+            memory = component_memory(view, edits, stage, main_gpu)
             wants_gpu = any(m == DEVICE for m, _ in memory)
-            problem = self._buffer_problem(stage) if wants_gpu else ""
+            problem = buffer_problem(view, self.groups, stage) if wants_gpu else ""
             if problem:
                 notes.append(f"the buffer cannot move to {main_gpu} as a whole: {problem}; it stays on "
                              f"{before or 'no device'}")
@@ -478,103 +325,14 @@ class _Planner:
             buffer_ops = sorted(set(self.groups.group(buffer_node)) | set(stage.ops))
             on_gpu = any(is_gpu(edits.device_of(m)) for m in buffer_ops)
             if on_gpu:
-                self._set_hostmem(stage, memory)
-            boundary = self._describe_boundary(stage, memory, on_gpu, main_gpu)
+                set_hostmem(view, edits, stage, memory)
+            boundary = describe_boundary(view, edits, stage, memory, on_gpu, main_gpu)
         placement = StagePlacement(
             stage=stage.name, main_device=main_gpu, buffer_device_before=before,
             buffer_device_after=edits.device_of(buffer_node), device_changes=tuple(self.changes[stage.name]),
             boundary=tuple(boundary), copies=tuple(self.copies[stage.name]), kept=tuple(self.kept[stage.name]),
             notes=tuple(notes))
         return placement
-
-    def _component_memory(self, stage: StageBoundary, main_gpu: str) -> list[tuple[str, str]]:
-        """(memory, reason) for each component of the take: "device" only if every reader wants it on main_gpu."""
-        view = self.view
-        dtypes = view.output_dtypes(stage.take) or []
-        readers: dict[int, list[tuple[str, int]]] = {}
-        for f in sorted(view.fanouts(stage.take)):  # sorted: the verdict and its reason never depend on order
-            if f.port != CONTROL_PORT:
-                readers.setdefault(f.port, []).append((f.consumer, f.index))
-        result = []
-        for j, dtype in enumerate(dtypes):
-            result.append(self._memory_of(dtype, readers.get(j, []), main_gpu))
-        return result
-
-    def _memory_of(self, dtype: int, readers: list[tuple[str, int]], main_gpu: str) -> tuple[str, str]:
-        if dtype in _HOST_ONLY_IN_BUFFER:
-            return HOST, f"{dtype_name(dtype)} tensors stay in host memory"
-        if not readers:
-            return HOST, "no main-side reader"
-        for consumer, index in readers:
-            device = self.edits.device_of(consumer) or main_gpu
-            if not covers(main_gpu, device) or (parse_device(device).device_type or GPU).upper() != GPU:
-                return HOST, f"{consumer!r} reads it on {device}"
-            where = input_memory(self.view.node(consumer), index, GPU)
-            if where is None:
-                return HOST, f"{consumer!r} ({self.view.op(consumer)}) has no GPU kernel: it runs on the CPU"
-            if where == HOST:
-                return HOST, f"{consumer!r} ({self.view.op(consumer)}) reads it in host memory on the GPU"
-        return DEVICE, "every main-side reader reads it in GPU memory"
-
-    def _buffer_problem(self, stage: StageBoundary) -> str:
-        view = self.view
-        buffer_node = stage.buffer or stage.put
-        members = sorted(set(self.groups.group(buffer_node)) | set(stage.ops))
-        for m in members:
-            node = view.node(m)
-            if m not in stage.ops and not _is_buffer_op(node.op):
-                return f"{m!r} ({node.op}) is colocated with the buffer but is not part of the stage"
-            known = has_kernel(node, GPU)
-            if known is None:
-                return f"{m!r} has op type {node.op!r}, unknown to this TensorFlow"
-            if not known:
-                return f"{m!r} ({node.op}) has no GPU kernel (use FIFOQueueV2, as smartstage.staged does)"
-        return ""
-
-    def _set_hostmem(self, stage: StageBoundary, memory: list[tuple[str, str]]) -> None:
-        host = [j for j, (m, _) in enumerate(memory) if m == HOST]
-        offset = 1 if stage.kind == FIFO else 0
-
-        def int_list(values):
-            return attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(i=values)) if values else None
-
-        self.edits.set_attr(stage.put, "_input_hostmem", int_list([offset + j for j in host]))
-        self.edits.set_attr(stage.take, "_output_hostmem", int_list(host))
-        for name in stage.related:
-            if self.view.op(name) in _OUTPUT_HOSTMEM_OPS:
-                self.edits.set_attr(name, "_output_hostmem", int_list(host))
-
-    def _describe_boundary(self, stage: StageBoundary, memory: list[tuple[str, str]], on_gpu: bool,
-                           main_gpu: str) -> list[BoundaryCopy]:
-        view = self.view
-        carried = stage.put_data_inputs(view)
-        dtypes = view.output_dtypes(stage.take) or []
-        readers: dict[int, list] = {}
-        for f in sorted(view.fanouts(stage.take)):
-            readers.setdefault(f.port, []).append(f)
-        result = []
-        for j, (where, reason) in enumerate(memory):
-            tensor = str(carried[j]) if j < len(carried) else "?"
-            producer = carried[j].node if j < len(carried) else ""
-            if where == DEVICE and on_gpu:
-                source = self.edits.device_of(producer) if producer else ""
-                copy = ("none: produced on the GPU" if is_gpu(source) else
-                        f"at the put {stage.put!r}, in the prefetch run ({source or 'host'} -> {main_gpu})")
-            else:
-                where = HOST
-                gpu_readers = [f.consumer for f in readers.get(j, ())
-                               if input_memory(view.node(f.consumer), f.index, GPU) == DEVICE
-                               and is_gpu(self.edits.device_of(f.consumer) or main_gpu)]
-                copy = (f"on the main side, when {', '.join(gpu_readers[:3])} read(s) it" if gpu_readers
-                        else "none: it is never copied to a GPU")
-            result.append(BoundaryCopy(tensor, f"{stage.take}:{j}", dtype_name(dtypes[j]) if j < len(dtypes) else "?",
-                                       where, copy, reason))
-        return result
-
-
-def _is_buffer_op(op_type: str) -> bool:
-    """Ops that only operate a buffer (a queue or staging area): they follow the buffer to its device."""
-    return op_type.startswith("Queue") or op_type in STAGING_OPS
 
 
 def _dedup_controls(inputs: list[str]) -> list[str]:
@@ -583,4 +341,4 @@ def _dedup_controls(inputs: list[str]) -> list[str]:
     return data + control
 
 
-__all__ = ["BoundaryCopy", "DeviceChange", "GpuPlacement", "KeptNode", "StagePlacement"]
+__all__ = ["COPY_SCOPE", "GpuPlacement", "MAX_COPY_BYTES"]

@@ -29,7 +29,7 @@ from tensorflow.core.framework import attr_value_pb2, graph_pb2
 
 from smartstage.passes.find_stages import StageBoundary
 from smartstage.pipeline import PassContext, PassResult
-from smartstage.placement import prefetch_sides
+from smartstage.placement.prefetch_sides import prefetch_sides
 
 STREAM_ATTR = "_stream_id"
 

@@ -14,10 +14,10 @@ from smartstage.optimize import optimize
 from smartstage.passes.find_stages import find_stages
 from smartstage.passes.gpu_placement import COPY_SCOPE, GpuPlacement
 from smartstage.pipeline import PassContext
-from smartstage.placement import (
-    CPU, DEVICE, GPU, HOST, ColocationGroups, device_type, has_kernel, merge_compatible, parse_device, prefetch_sides,
-    same_device, task_spec,
-)
+from smartstage.placement.colocation import ColocationGroups
+from smartstage.placement.devices import CPU, GPU, device_type, merge_compatible, parse_device, same_device, task_spec
+from smartstage.placement.kernels import DEVICE, HOST, has_kernel
+from smartstage.placement.prefetch_sides import prefetch_sides
 from tests.builder import G, N, node
 
 GPU0 = "/device:GPU:0"

@@ -10,7 +10,7 @@ from smartstage.optimize import optimize
 from smartstage.passes.find_stages import find_stages
 from smartstage.passes.gpu_placement import COPY_SCOPE
 from smartstage.passes.multi_stream import STREAM_ATTR
-from smartstage.placement import prefetch_sides
+from smartstage.placement.prefetch_sides import prefetch_sides
 from tests.builder import G, N, node
 from tests.passes.test_gpu_placement import GPU0, model_graph, stage_ops
 
