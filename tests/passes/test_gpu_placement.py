@@ -474,11 +474,15 @@ def test_queue_ops_on_the_buffer_that_the_stage_def_does_not_name_follow_the_buf
 # -- random placements --------------------------------------------------------------------------------------
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-DEVICES = ["", GPU0, CPU0, "/gpu:1", W1_GPU, W1_CPU, "/job:worker/task:1", W0_GPU]
+# One machine, or one worker task, per graph: a stage whose nodes are pinned to GPUs of two different tasks
+# is not supported (a colocation group spanning them is left where it is, and a second run may then place
+# it; see docs/gpu.md), so the random placements stay within one task.
+DEVICE_SETS = (["", GPU0, CPU0, "/gpu:1"], ["", W1_GPU, W1_CPU, "/job:worker/task:1"], ["", W0_GPU])
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.sampled_from(DEVICES), min_size=18, max_size=18),
+@given(st.sampled_from(DEVICE_SETS).flatmap(lambda devices: st.lists(st.sampled_from(devices), min_size=18,
+                                                                      max_size=18)),
        st.lists(st.tuples(st.integers(0, 17), st.integers(0, 17)), max_size=3))
 def test_every_rule_holds_for_any_device_assignment_and_colocation(devices, links):
     g = model_graph()
