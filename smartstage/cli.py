@@ -140,6 +140,14 @@ def _selection_flags(p: argparse.ArgumentParser) -> None:
                    help="a node the training step fetches (stays on the main side; repeatable)")
     p.add_argument("--feed", action="append", default=[], metavar="NAME",
                    help="a node the training step feeds (repeatable)")
+    p.add_argument("--auto-stage", action="store_true",
+                   help="insert a stage at every input source (iterator, queue dequeue, reader) no stage covers")
+
+
+def _config(args, gpu: bool = False):
+    from smartstage.config import enable_smart_stage
+
+    return enable_smart_stage(gpu=gpu, auto_stage=True if args.auto_stage else None)
 
 
 def _layout_flags(p: argparse.ArgumentParser) -> None:
@@ -237,7 +245,6 @@ def _print_summary(result, out=None) -> None:
 
 # -- commands ----------------------------------------------------------------------------------------
 def _optimize(args) -> int:
-    from smartstage.config import enable_smart_stage
     from smartstage.io import write_graph
     from smartstage.optimize import optimize
 
@@ -249,7 +256,7 @@ def _optimize(args) -> int:
         raise _Fail(f"OUT {args.output!r} is IN: write the rewritten graph to another file")
     loaded = _load(args.input)
     with _status("optimizing"):
-        result = optimize(_source(loaded), enable_smart_stage(gpu=args.gpu), targets=args.target, feeds=args.feed)
+        result = optimize(_source(loaded), _config(args, gpu=args.gpu), targets=args.target, feeds=args.feed)
     # Everything is computed before anything is written: a failure leaves no output behind.
     outputs: list[tuple[str, str]] = []
     if args.report or args.html:
@@ -322,7 +329,8 @@ def _explain(args) -> int:
 
     loaded = _load(args.graph)
     with _status("optimizing"):
-        explanation = explain(_source(loaded), args.node, targets=args.target, feeds=args.feed)
+        explanation = explain(_source(loaded), args.node, targets=args.target, feeds=args.feed,
+                              config=_config(args))
     if args.json:
         sys.stdout.write(json.dumps(explanation.to_dict(), indent=2) + "\n")
     else:
@@ -336,7 +344,7 @@ def _verify(args) -> int:
     loaded = _load(args.graph)
     with _progress(args.steps) as progress:
         check = verify_rewrite(_source(loaded), args.steps, fetches=args.fetch or None, targets=args.target,
-                               feeds=args.feed, progress=progress, grappler=args.grappler)
+                               feeds=args.feed, progress=progress, grappler=args.grappler, config=_config(args))
     fetched = ", ".join(check.fetches)
     if check.identical:
         print(f"verify: {check.describe()}; fetched {fetched}")
