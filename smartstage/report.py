@@ -14,7 +14,9 @@ def summary_text(result) -> str:
         return "\n".join(lines)
     for p in result.partitions:
         stage = p.stage
-        lines.append(f"stage {stage.name!r} ({stage.kind}, put {stage.put!r}, take {stage.take!r})")
+        origin = (f", inserted by auto-stage at {', '.join(repr(n) for n in stage.stage_def.source_nodes)}"
+                  if stage.origin == "auto" and stage.stage_def is not None else "")
+        lines.append(f"stage {stage.name!r} ({stage.kind}, put {stage.put!r}, take {stage.take!r}{origin})")
         if p.skipped:
             lines.append(f"  unchanged: {p.skipped}")
         else:
