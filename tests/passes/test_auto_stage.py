@@ -334,3 +334,18 @@ def test_stage_def_names_follow_import_scopes():
     assert list(sd.reset_trigger_nodes) == ["tower/MakeIterator"]
     assert (sd.stale_mark_node, sd.reset_node) == ("tower/smart_stage_1/stale_mark", "tower/smart_stage_1/reset")
     assert list(sd.source_nodes) == ["tower/eval_next"]
+
+
+def test_the_cli_takes_auto_stage_for_optimize_explain_and_verify(tmp_path, capsys):
+    from smartstage.cli import main
+    from smartstage.io import load_graph, stage_defs_of
+
+    src, out = tmp_path / "in.meta", tmp_path / "out.meta"
+    src.write_bytes(one_shot_graph().SerializeToString())
+    assert main(["optimize", str(src), "-o", str(out), "--auto-stage"]) == 0
+    (sd,) = stage_defs_of(load_graph(str(out)).meta_graph_def)
+    assert (sd.name, sd.origin, list(sd.source_nodes)) == ("smart_stage", "auto", ["next"])
+    assert main(["explain", str(src), "Cast", "--auto-stage"]) == 0
+    assert "moved to the prefetch side of stage 'smart_stage'" in capsys.readouterr().out
+    assert main(["verify", str(src), "--steps", "3", "--auto-stage"]) == 0
+    assert "identical" in capsys.readouterr().out
