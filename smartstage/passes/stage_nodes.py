@@ -189,10 +189,12 @@ def stage_node_defs(
         _node(n + "is_closed", "QueueIsClosedV2", (n + "buffer",), device),
     ]
     if resettable:
+        # No device of their own: TensorFlow's placer puts a resource's users with the resource, so they
+        # follow the buffer wherever a later pass (GPU placement) moves it. On another device they would
+        # look in that device's resources, find nothing (ignore_lookup_error) and empty nothing.
         early += [
-            _node(n + "reset_buffer", "DestroyResourceOp", (n + "buffer",), device, ignore_lookup_error=True),
-            _node(n + "reset_stale_marks", "DestroyResourceOp", (n + "stale_marks",), device,
-                  ignore_lookup_error=True),
+            _node(n + "reset_buffer", "DestroyResourceOp", (n + "buffer",), "", ignore_lookup_error=True),
+            _node(n + "reset_stale_marks", "DestroyResourceOp", (n + "stale_marks",), "", ignore_lookup_error=True),
             _node(n + "reset", "NoOp", ("^" + n + "reset_buffer", "^" + n + "reset_stale_marks"), device),
         ]
     put_inputs = [input_string(*parse_tensor_name(t)) for t in carried]
