@@ -88,6 +88,9 @@ def _from_stage_def(view: GraphView, sd: StageDef) -> StageBoundary:
     related = tuple(
         n for n in (sd.close_node, sd.cancel_node, sd.size_node) if n and n in view
     )
+    if sd.reset_node and sd.reset_node in view:  # auto-stage: what empties the buffer belongs to the stage
+        related += tuple(c for c in view.control_inputs(sd.reset_node)
+                         if any(t.node == sd.buffer_node for t in view.data_inputs(c)))
     if kind != FIFO:
         related += tuple(n for n in _same_buffer_ops(view, sd.put_node) if n not in (sd.put_node, sd.take_node))
     return StageBoundary(
