@@ -372,7 +372,8 @@ class AutoStage:
             ctx.stages.append(StageBoundary(
                 name=nodes.name, kind=FIFO, put=nodes.put.name, take=nodes.stage_def.take_node,
                 buffer=nodes.stage_def.buffer_node,
-                related=(nodes.stage_def.close_node, nodes.stage_def.cancel_node, nodes.stage_def.size_node),
+                related=(nodes.stage_def.close_node, nodes.stage_def.cancel_node, nodes.stage_def.size_node)
+                + ((f"{nodes.name}/reset_buffer",) if nodes.stage_def.reset_node else ()),
                 origin="auto", stage_def=nodes.stage_def))
             extra = f"; emptied and refilled when {list(source.initializers)} run" if source.initializers else ""
             lines.append(f"{nodes.name}: inserted at {source.label}, carrying {len(nodes.stage_def.boundary_tensors)} "
