@@ -391,3 +391,27 @@ def test_a_monitored_session_re_created_after_an_abort_runs_as_stock_does():
     assert got == want
     # The aborted third step is retried on the new session, whose one-shot iterator starts over.
     assert want == [1.0, 5.0, 1.0, 5.0, 9.0, 13.0]
+
+
+def test_a_hand_placed_stage_and_an_inserted_one_in_one_live_graph():
+    def build():
+        a = tf.compat.v1.data.make_one_shot_iterator(tf.data.Dataset.range(20).batch(2)).get_next(name="next_a")
+        b = tf.compat.v1.data.make_one_shot_iterator(tf.data.Dataset.range(50, 70).batch(2)).get_next(name="next_b")
+        a = ss.staged(a + 1, num_threads=1)  # covers next_a; next_b gets a stage of its own
+        loss, step = _sum_loss((a * 2) * (b - 3), "mixed")  # a * 2 moves behind one stage, b - 3 the other
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TRAIN_OP, step)
+        return {"train": [loss, step], "init": tf.compat.v1.global_variables_initializer()}
+
+    with tf.Graph().as_default():  # stock TensorFlow, with the hand-placed stage as it was built
+        handles = build()
+        with tf.compat.v1.Session() as sess:
+            sess.run(handles["init"])
+            with ss.start_prefetch_threads(sess):
+                want = run_to_the_end(functools.partial(sess.run, options=bounded()), handles)
+    with tf.Graph().as_default():
+        handles = build()
+        with ss.Session(config=auto()) as sess:
+            assert sorted(s.name for s in sess.smart_stage.stages) == ["smart_stage", "stage"]
+            sess.run(handles["init"])
+            got = run_to_the_end(functools.partial(sess.run, options=bounded()), handles)
+    assert got == want and len(want) == 10

@@ -349,3 +349,16 @@ def test_the_cli_takes_auto_stage_for_optimize_explain_and_verify(tmp_path, caps
     assert "moved to the prefetch side of stage 'smart_stage'" in capsys.readouterr().out
     assert main(["verify", str(src), "--steps", "3", "--auto-stage"]) == 0
     assert "identical" in capsys.readouterr().out
+
+
+def test_gpu_placement_moves_the_buffer_with_the_op_that_empties_it():
+    g = tf.Graph()
+    with g.as_default():
+        it = tf.compat.v1.data.make_initializable_iterator(_dataset())
+        x = it.get_next(name="next")
+        with tf.device("/device:GPU:0"):
+            _, train_op = _train(x * 2)
+    result = ss.optimize(_meta(g, train_op), ss.enable_smart_stage(gpu=True, auto_stage=True))
+    devices = {n.name: n.device for n in result.graph_def.node}
+    assert devices["smart_stage/buffer"] == devices["smart_stage/reset_buffer"] == "/device:GPU:0"
+    assert devices["smart_stage/take"] == devices["smart_stage/put"] == "/device:GPU:0"
