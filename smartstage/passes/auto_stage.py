@@ -139,10 +139,10 @@ def find_input_sources(view: GraphView) -> list[InputSource]:
 def judge_sources(view: GraphView, sources: list[InputSource], stages: list[StageBoundary],
                   targets: set[str], feeds: set[str]) -> list[SourceVerdict]:
     """Which sources get a stage, and why the others keep their place (analysis only)."""
-    covering: dict[str, str] = {}
+    covering: dict[str, StageBoundary] = {}
     for stage in stages:
         for name in view.ancestors([stage.put]):
-            covering.setdefault(name, stage.name)
+            covering.setdefault(name, stage)
     read_by_step = view.ancestors(targets) if targets else None
     verdicts = []
     for source in sources:
@@ -150,14 +150,19 @@ def judge_sources(view: GraphView, sources: list[InputSource], stages: list[Stag
     return verdicts
 
 
-def _judge(view: GraphView, source: InputSource, covering: dict[str, str], read_by_step: set[str] | None,
+def _judge(view: GraphView, source: InputSource, covering: dict[str, StageBoundary], read_by_step: set[str] | None,
            targets: set[str], feeds: set[str]) -> SourceVerdict:
     def keep(kind: str, reason: str, stage: str = "") -> SourceVerdict:
         return SourceVerdict(source, stage=stage, kind=kind, reason=reason)
 
     for name in source.nodes:
         if name in covering:
-            return keep(COVERED, f"{name!r} is upstream of its put", covering[name])
+            stage = covering[name]
+            reason = f"{name!r} is upstream of its put"
+            if source.initializers and not (stage.stage_def is not None and stage.stage_def.reset_node):
+                reason += (f"; note that re-initialising the iterator ({', '.join(source.initializers)}) does not "
+                           "empty that stage: its next steps still take batches read before")
+            return keep(COVERED, reason, stage.name)
     fetched = [n for n in source.nodes if n in targets]
     if fetched:
         return keep(FETCHED, f"{fetched[0]!r} is fetched directly (a target): a loop that fetches the batch "

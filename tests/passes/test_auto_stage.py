@@ -362,3 +362,12 @@ def test_gpu_placement_moves_the_buffer_with_the_op_that_empties_it():
     devices = {n.name: n.device for n in result.graph_def.node}
     assert devices["smart_stage/buffer"] == devices["smart_stage/reset_buffer"] == "/device:GPU:0"
     assert devices["smart_stage/take"] == devices["smart_stage/put"] == "/device:GPU:0"
+
+
+def test_a_hand_placed_stage_at_an_initializable_iterator_is_reported_as_not_emptied_on_reinit():
+    g = tf.Graph()
+    with g.as_default():
+        it = tf.compat.v1.data.make_initializable_iterator(_dataset())
+        _, train_op = _train(staged(it.get_next(name="next")) * 2)
+    (covered,) = _report(ss.optimize(_meta(g, train_op), AUTO)).kept
+    assert covered.kind == auto_stage.COVERED and "does not empty that stage" in covered.reason
