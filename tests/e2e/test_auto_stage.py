@@ -415,3 +415,41 @@ def test_a_hand_placed_stage_and_an_inserted_one_in_one_live_graph():
             sess.run(handles["init"])
             got = run_to_the_end(functools.partial(sess.run, options=bounded()), handles)
     assert got == want and len(want) == 10
+
+
+def _deeprec_automatic_example(data_path, deeprec_flag: bool):
+    """DeepRec's "Automatically SmartStage" example (docs/docs_en/Smart-Stage.md), ported by its import.
+    Returns 5 steps of `target` and the session's SmartStage record."""
+    from smartstage.compat import tf as dtf
+
+    with tf.Graph().as_default():
+        dataset = tf.data.TextLineDataset(data_path).batch(2).map(
+            lambda value: tf.io.decode_csv(value, record_defaults=[[""], [""]]), num_parallel_calls=2)
+        iterator = tf.compat.v1.data.Iterator.from_structure(tf.compat.v1.data.get_output_types(dataset),
+                                                             tf.compat.v1.data.get_output_shapes(dataset))
+        xx = list(iterator.get_next())
+        init_op = iterator.make_initializer(dataset)
+        var = dtf.get_variable("var", shape=[100, 3], initializer=dtf.ones_initializer())
+        xx[0] = dtf.string_to_hash_bucket(xx[0], num_buckets=10)
+        xx[0] = dtf.nn.embedding_lookup(var, xx[0])
+        xx[1] = dtf.concat([xx[1], ["xxx"]], axis=0)
+        target = dtf.concat([dtf.as_string(xx[0]), [xx[1], xx[1]]], 0)
+        config = dtf.ConfigProto()
+        if deeprec_flag:
+            config.graph_options.optimizer_options.do_smart_stage = True
+            config.graph_options.optimizer_options.smart_stage_options.CopyFrom(
+                dtf.SmartStageOptions(capacity=1, num_threads=1))
+        dtf.train.mark_target_node([target])
+        scaffold = dtf.train.Scaffold(local_init_op=dtf.group(dtf.local_variables_initializer(), init_op))
+        with dtf.train.MonitoredTrainingSession(config=config, scaffold=scaffold, hooks=[dtf.make_prefetch_hook()],
+                                                save_summaries_steps=None, log_step_count_steps=None) as sess:
+            return [sess.run([target], options=bounded())[0].tolist() for _ in range(5)], sess.smart_stage
+
+
+def test_deeprecs_automatic_smart_stage_example_runs_unchanged_but_for_its_import(tmp_path):
+    data = examples.write_deeprec_example_data(tmp_path / "test_data.csv")
+    want, _ = _deeprec_automatic_example(data, deeprec_flag=False)
+    got, record = _deeprec_automatic_example(data, deeprec_flag=True)
+    assert got == want
+    (stage,) = record.stages
+    assert stage.name == "smart_stage" and set(stage.moved) >= {"StringToHashBucket", "concat"}
