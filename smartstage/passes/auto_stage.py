@@ -124,14 +124,16 @@ def find_input_sources(view: GraphView) -> list[InputSource]:
         handle = view.data_inputs(name)[:1]
         if handle:
             groups.setdefault(handle[0].node, []).append(name)
+    initializers_of: dict[str, list[str]] = {}
+    for name in view.nodes_of_type(INITIALIZER_OPS):
+        iterator = view.data_inputs(name)[1:2]  # MakeIterator(dataset, iterator)
+        if iterator:
+            initializers_of.setdefault(iterator[0].node, []).append(name)
     sources = []
     for resource, nodes in groups.items():
         op = view.op(nodes[0])
         kind = "iterator" if op in ITERATOR_READS else "queue" if op in QUEUE_READS else "reader"
-        initializers = ()
-        if kind == "iterator":
-            initializers = tuple(c for c, index, _ in view.fanouts(resource)
-                                 if view.op(c) in INITIALIZER_OPS and index == 1)
+        initializers = initializers_of.get(resource, ()) if kind == "iterator" else ()
         sources.append(InputSource(resource, kind, tuple(nodes), tuple(dict.fromkeys(initializers))))
     return sorted(sources, key=lambda s: view.position(s.nodes[0]))
 
@@ -227,10 +229,14 @@ def settings_of(options) -> StageSettings:
 
 
 def _unique_scope(view: GraphView, base: str, taken: set[str]) -> str:
-    """`base`, `base_1`, ...: the first name no node uses, neither as its name nor as a name scope."""
-    if not taken:
-        taken.update(view.names())
-        taken.update(n.rsplit("/", k)[0] for n in list(taken) for k in range(1, n.count("/") + 1))
+    """`base`, `base_1`, ...: the first name no node uses, neither as its name nor as a name scope.
+    `taken` collects the scopes already chosen in this pass."""
+    if not taken:  # every scope that starts like `base`: one sweep over the names
+        taken.add("")
+        for name in view.names():
+            if name.startswith(base):
+                parts = name.split("/")
+                taken.update("/".join(parts[:k]) for k in range(1, len(parts) + 1))
     candidate, i = base, 0
     while candidate in taken:
         i += 1
