@@ -195,6 +195,7 @@ def MonitoredTrainingSession(  # noqa: N802  (TensorFlow's name)
     chief_only_hooks = list(chief_only_hooks or [])
     require_prefetch_hook(graph, hooks + (chief_only_hooks if is_chief else []))
     record = prepare_graph(graph, config, targets)
+    require_prefetch_hook(graph, hooks + (chief_only_hooks if is_chief else []))  # stages auto-stage inserted
     mapper = FetchMapper(record)
     if mapper.active:
         def wrap(hook):
