@@ -453,3 +453,10 @@ def test_deeprecs_automatic_smart_stage_example_runs_unchanged_but_for_its_impor
     assert got == want
     (stage,) = record.stages
     assert stage.name == "smart_stage" and set(stage.moved) >= {"StringToHashBucket", "concat"}
+
+
+def test_a_monitored_session_without_the_prefetch_hook_is_refused_when_auto_stage_inserts_a_stage():
+    with tf.Graph().as_default():
+        epochs_graph()
+        with pytest.raises(ss.StageRuntimeError, match="no prefetch hook"):
+            ss.MonitoredTrainingSession(config=auto(), save_summaries_steps=None, log_step_count_steps=None)
