@@ -1,16 +1,15 @@
 """End-to-end benchmark: global steps/sec of DLRM-like and Wide&Deep-like training, every configuration.
 
-    python -m benchmarks.e2e            # both models, CPU-bound and I/O-bound input, grid + 3 repeats (< 10 min)
-    python -m benchmarks.e2e --quick    # DLRM-like only, default settings, 2 repeats (< 2 min)
+    python -m benchmarks.e2e            # both models, CPU-bound and I/O-bound input, grid, 3 repeats (< 10 min)
+    python -m benchmarks.e2e --quick    # DLRM-like, CPU-bound, default settings, 4 repeats (< 2 min)
     python -m benchmarks.e2e --smoke    # tiny models on 2,000 rows: checks that everything runs (the test)
 
 Data: 200,000 synthetic Criteo-like rows (seed 0), written once to benchmarks/out/data/. Each
 workload (a model, with or without storage latency on the read) builds one graph per
-configuration (see benchmarks/runners.py) and then:
-
-1. screen: every grid point of every configuration, once, short, in shuffled order;
-2. confirm: each configuration at its default setting and at its best screened setting, plus the
-   two sides of the step run alone, interleaved in a new shuffled order in every repeat.
+configuration (see benchmarks/runners.py), opens one session per grid point (and for the two
+sides of the step run alone), then in every repeat times one block of steps of each, in a new
+shuffled order: every configuration sees the same machine, however busy it is. A configuration's
+"best" setting is the grid point with the highest median; its "default" is what a user gets.
 
 Reported per configuration: median global steps/sec (range over repeats), the median of the
 per-repeat ratio to no stage (both measured in the same repeat), the fraction of the ideal bound
@@ -59,7 +58,6 @@ from benchmarks.runners import (  # noqa: E402
     SidesRunner,
     Workload,
     grid_for,
-    input_split,
     smart_split,
 )
 from smartstage.examples import CATEGORICAL_COLUMNS, CriteoFiles, prepare_criteo  # noqa: E402
@@ -92,7 +90,7 @@ def _progress(message: str) -> None:
 
 
 class WorkloadRun:
-    """Everything measured for one workload: runners, screen samples, confirm samples, sides."""
+    """Everything measured for one workload: its graphs, one open session per grid point, the blocks."""
 
     def __init__(self, workload: Workload, files: CriteoFiles, args: argparse.Namespace):
         self.workload = workload
@@ -101,65 +99,67 @@ class WorkloadRun:
         self.runners: dict[str, ConfigRunner] = {}
         for config in CONFIGS:
             self.runners[config.name] = ConfigRunner(config, workload, files)
-        smart = self.runners["smart"]
-        self.sides_runner = SidesRunner(self.runners["no_stage"], {
-            "input": input_split(self.runners["no_stage"]),
-            "smart": smart_split(smart),
-        })
+        self.sides_runner = SidesRunner(self.runners["no_stage"], smart_split(self.runners["smart"]))
         self.errors += self.sides_runner.notes
-        self.screen: dict[tuple[str, Setting], Optional[float]] = {}
+        self.points = [(c.name, s) for c in CONFIGS
+                       for s in (grid_for(c, args.threads, args.inter_ops) if args.grid else [DEFAULT_SETTING])]
         self.finalists: dict[str, list[Setting]] = {}
-        self.samples: dict[tuple[str, Setting], list] = {}
+        self.samples: dict[tuple[str, Setting], list] = {point: [] for point in self.points}
         self.sides: list[dict[str, Sides]] = []
         self.cores: list[float] = []  # available_cores() of each repeat, beside its sides
 
-    def _measure(self, config: str, setting: Setting, steps: int):
-        try:
-            return self.runners[config].measure(setting, self.args.warmup, steps)
-        except Exception as error:  # noqa: BLE001  one failing configuration must not end the run
-            message = f"{self.workload.name} {config} [{setting.label}]: {type(error).__name__}: {error}"
-            logger.exception("measurement failed: %s", message)
-            self.errors.append(message)
-            return None
+    def _error(self, what: str, error: Exception) -> None:
+        message = f"{self.workload.name} {what}: {type(error).__name__}: {error}"
+        logger.exception("measurement failed: %s", message)
+        self.errors.append(message)
 
-    def run_screen(self, rng: random.Random) -> None:
-        points = [(c.name, s) for c in CONFIGS for s in grid_for(c, self.args.threads, self.args.inter_ops)]
-        rng.shuffle(points)
-        for config, setting in points:
-            sample = self._measure(config, setting, self.args.screen_steps)
-            self.screen[(config, setting)] = sample.steps_per_sec if sample else None
-            _progress(f"  screen {config:16} {setting.label:48} "
-                      f"{sample.steps_per_sec if sample else float('nan'):7.1f} steps/s")
+    def run(self, rng: random.Random) -> None:
+        """Opens every grid point's session, then times one block of each per repeat, in shuffled order."""
+        opened = {}
+        for config, setting in self.points:
+            try:
+                opened[(config, setting)] = self.runners[config].open(setting)
+            except Exception as error:  # noqa: BLE001  one failing configuration must not end the run
+                self._error(f"{config} [{setting.label}] (open)", error)
+        self.sides_runner.open()
+        # A block's warm-up drains what the idle session buffered: capacity + producer threads batches
+        # of the stage, and tf.data's prefetch buffer.
+        warmup = self.args.warmup
+        try:
+            for repeat in range(self.args.repeats):
+                items: list[Any] = list(opened) + ["sides"]
+                rng.shuffle(items)
+                for item in items:
+                    if item == "sides":
+                        try:
+                            self.cores.append(available_cores())
+                            self.sides.append(self.sides_runner.sample(warmup, self.args.steps))
+                        except Exception as error:  # noqa: BLE001
+                            self._error("sides", error)
+                        continue
+                    name, setting = item
+                    try:
+                        sample = opened[item].sample(warmup + setting.threads, self.args.steps)
+                    except Exception as error:  # noqa: BLE001
+                        self._error(f"{name} [{setting.label}]", error)
+                        sample = None
+                    self.samples[item].append(sample)
+                    if sample is not None and sample.global_steps != warmup + setting.threads + self.args.steps:
+                        self.errors.append(f"{self.workload.name} {name}: global_step advanced {sample.global_steps}, "
+                                           f"expected {warmup + setting.threads + self.args.steps}")
+                    _progress(f"  repeat {repeat + 1} {name:16} {setting.label:48} "
+                              f"{sample.steps_per_sec if sample else float('nan'):7.1f} steps/s "
+                              f"cpu {sample.cpu_ms_per_step if sample else float('nan'):6.1f} ms/step")
+        finally:
+            for run in opened.values():
+                run.close()
+            self.sides_runner.close()
         for c in CONFIGS:
-            scored = [(v, s) for (name, s), v in self.screen.items() if name == c.name and v is not None]
+            scored = [(Spread.of(s.steps_per_sec for s in samples if s is not None).median, setting)
+                      for (name, setting), samples in self.samples.items() if name == c.name]
+            scored = [(v, s) for v, s in scored if v == v]
             best = max(scored, key=lambda item: item[0])[1] if scored else DEFAULT_SETTING
             self.finalists[c.name] = [DEFAULT_SETTING] + ([best] if best != DEFAULT_SETTING else [])
-
-    def run_confirm(self, rng: random.Random) -> None:
-        if not self.finalists:
-            self.finalists = {c.name: [DEFAULT_SETTING] for c in CONFIGS}
-        for repeat in range(self.args.repeats):
-            items: list[Any] = [(name, s) for name, settings in self.finalists.items() for s in settings]
-            items.append("sides")
-            rng.shuffle(items)
-            for item in items:
-                if item == "sides":
-                    try:
-                        self.cores.append(available_cores())
-                        self.sides.append(self.sides_runner.measure(self.args.warmup, self.args.steps))
-                    except Exception as error:  # noqa: BLE001
-                        logger.exception("sides failed")
-                        self.errors.append(f"{self.workload.name} sides: {type(error).__name__}: {error}")
-                    continue
-                name, setting = item
-                sample = self._measure(name, setting, self.args.steps)
-                self.samples.setdefault((name, setting), []).append(sample)
-                if sample is not None and sample.global_steps != self.args.warmup + self.args.steps:
-                    self.errors.append(f"{self.workload.name} {name}: global_step advanced {sample.global_steps}, "
-                                       f"expected {self.args.warmup + self.args.steps}")
-                _progress(f"  repeat {repeat + 1} {name:16} {setting.label:48} "
-                          f"{sample.steps_per_sec if sample else float('nan'):7.1f} steps/s "
-                          f"cpu {sample.cpu_ms_per_step if sample else float('nan'):6.1f} ms/step")
 
     # -- derived numbers ------------------------------------------------------------------------
 
@@ -223,7 +223,6 @@ class WorkloadRun:
                     "of_limit": Spread.of(limit),
                     "of_limit_available": Spread.of(limit_free),
                     "samples": samples,
-                    "screen_steps_per_sec": self.screen.get((c.name, setting)),
                 })
         sides = {name: {field: Spread.of(getattr(s[name], field) * 1000 for s in self.sides if name in s)
                         for field in ("t_in", "t_train", "cpu_in", "cpu_train")} for name in SPLITS}
@@ -244,7 +243,9 @@ class WorkloadRun:
                 "boundary_tensors": sum(len(s.boundary) for s in smart.stages) if smart else 0,
                 "boundary_tensors_before": len(self.runners["staged"].stage_def.boundary_tensors),
             },
-            "screen": [{"config": name, "setting": s, "steps_per_sec": v} for (name, s), v in self.screen.items()],
+            "grid": [{"config": name, "setting": s, "label": s.label,
+                      "steps_per_sec": Spread.of(x.steps_per_sec for x in v if x is not None)}
+                     for (name, s), v in self.samples.items()],
             "sides_samples": self.sides,
             "errors": self.errors,
         }
@@ -351,13 +352,13 @@ def plot(summaries: list[dict[str, Any]]):
 
 
 MODES = {
-    # warmup: the first step runs Grappler, and the prefetch threads fill the buffer meanwhile; the
-    # warm-up drains that head start (capacity + threads batches) before the clock starts.
-    "full": dict(rows=200_000, models="dlrm,wide_deep", variants="cpu,io", repeats=3, steps=40, screen_steps=15,
-                 warmup=10, grid=True, size="benchmark", batch_size=512),
-    "quick": dict(rows=200_000, models="dlrm", variants="cpu,io", repeats=2, steps=25, screen_steps=10,
-                  warmup=6, grid=False, size="benchmark", batch_size=512),
-    "smoke": dict(rows=2_000, models="dlrm", variants="io", repeats=1, steps=3, screen_steps=2,
+    # warmup: untimed steps before every block; they drain what the idle session buffered (capacity +
+    # producer threads batches, tf.data's prefetch buffer) before the clock starts.
+    "full": dict(rows=200_000, models="dlrm,wide_deep", variants="cpu,io", repeats=3, steps=15,
+                 warmup=4, grid=True, size="benchmark", batch_size=512),
+    "quick": dict(rows=200_000, models="dlrm", variants="cpu", repeats=4, steps=20,
+                  warmup=5, grid=False, size="benchmark", batch_size=512),
+    "smoke": dict(rows=2_000, models="dlrm", variants="io", repeats=1, steps=3,
                   warmup=2, grid=True, size="small", batch_size=32),
 }
 
@@ -365,7 +366,7 @@ MODES = {
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.e2e", description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="DLRM-like only, default settings, 2 repeats (< 2 min)")
+    mode.add_argument("--quick", action="store_true", help="DLRM-like, CPU-bound, default settings, 4 repeats (< 2 min)")
     mode.add_argument("--smoke", action="store_true", help="a tiny DLRM-like model on 2,000 rows, a 2-point grid (a test)")
     parser.add_argument("--rows", type=int, help="generated rows (default 200000)")
     parser.add_argument("--seed", type=int, default=0)
@@ -374,9 +375,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--latency-ms", type=float, default=10.0, help="storage latency per batch of the io variant")
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--repeats", type=int)
-    parser.add_argument("--steps", type=int, help="timed steps per measurement")
-    parser.add_argument("--screen-steps", type=int, help="timed steps per grid point in the screen")
-    parser.add_argument("--warmup", type=int, help="untimed steps first (Grappler runs on the first step)")
+    parser.add_argument("--steps", type=int, help="timed steps per block")
+    parser.add_argument("--warmup", type=int, help="untimed steps before each block (+ the producer threads)")
     parser.add_argument("--no-grid", dest="grid", action="store_false", default=None, help="default settings only")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory (default benchmarks/out)")
     parser.add_argument("--publish", action="store_true", help="also copy the JSON and PNG to docs/perf/")
@@ -409,9 +409,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         begun = time.perf_counter()
         _progress(f"{workload.name}: building {len(CONFIGS)} graphs")
         run = WorkloadRun(workload, files, args)
-        if args.grid:
-            run.run_screen(rng)
-        run.run_confirm(rng)
+        run.run(rng)
         summary = run.summary()
         summary["seconds"] = round(time.perf_counter() - begun, 1)
         summaries.append(summary)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Optional
+from typing import Optional
 
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
@@ -111,19 +111,23 @@ SMART = ("smart", "smart_prefetch")
 def grid_for(config: Config, threads: tuple[int, ...] = (1, 2, 4), inter_ops: tuple[int, ...] = (0, 4)) -> list[Setting]:
     """The grid of a configuration, default first.
 
-    Stages: producer threads x (shared pool, own pool of that many threads) at the default inter-op
-    pool, plus each other inter-op pool size at 1 thread. Configurations without a stage: the
-    inter-op pool sizes.
+    Stages: producer threads x (the shared inter-op pool, or an own pool for the prefetch runs of as
+    many threads). Configurations without a stage: the session's inter-op pool sizes. (A larger
+    shared pool for stage configurations was measured too, see docs/performance.md; it is left out
+    of the grid to keep the full run under 10 minutes.)
     """
     if not config.has_stage:
         return [Setting(inter_op=i) for i in inter_ops]
     points = [Setting(threads=k, own_pool=own) for k in threads for own in (False, True)]
-    points += [Setting(threads=1, inter_op=i) for i in inter_ops]
     return sorted(set(points), key=lambda s: (s != DEFAULT_SETTING, s))
 
 
 def session_config(setting: Setting) -> tf.compat.v1.ConfigProto:
+    """The session's ConfigProto. A session without its own pools runs on the process-wide inter-op pool,
+    sized by the FIRST session of the process: an inter-op size takes effect only with per-session threads."""
     config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=setting.inter_op)
+    if setting.inter_op and not setting.own_pool:
+        config.use_per_session_threads = True
     if setting.own_pool:
         config.session_inter_op_thread_pool.extend([
             config_pb2.ThreadPoolOptionProto(num_threads=setting.inter_op),
@@ -170,25 +174,61 @@ def build_model(workload: Workload, files: CriteoFiles, config: Config) -> tuple
     return graph, model
 
 
-def _timed_steps(sess, fetch, warmup: int, steps: int, feed_dict=None) -> tuple[float, float]:
+def _timed_steps(sess, fetch, warmup: int, steps: int) -> tuple[float, float]:
+    """Wall and process CPU seconds of `steps` runs of `fetch` (or calls of a callable) after `warmup`."""
+    run = fetch if callable(fetch) else (lambda: sess.run(fetch))
     for _ in range(warmup):
-        sess.run(fetch, feed_dict)
+        run()
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
-        sess.run(fetch, feed_dict)
+        run()
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def _sample(sess, fetch, global_step, warmup: int, steps: int) -> Sample:
-    first = sess.run(global_step)
-    wall, cpu = _timed_steps(sess, fetch, warmup, steps)
-    advanced = int(sess.run(global_step) - first)
-    return Sample(steps / wall, 1000.0 * cpu / steps, steps, advanced, wall)
+class OpenRun:
+    """A session of one configuration at one setting, kept open so it can be timed again and again.
+
+        run = runner.open(setting)          # session, initialisation, prefetch threads
+        run.sample(warmup=8, steps=30)      # a block of timed steps; call again in every repeat
+        run.close()
+
+    Between blocks the session idles: its prefetch threads and tf.data prefetching fill their
+    buffers and block, costing no CPU. A block's warm-up steps drain that head start before the
+    clock starts, so interleaving open sessions measures each in its steady state.
+    """
+
+    def __init__(self, runner: "ConfigRunner", setting: Setting):
+        self.runner, self.setting = runner, setting
+        model = runner.model
+        config = session_config(setting)
+        self.threads = None
+        if runner.config.stage == "smart" and setting == DEFAULT_SETTING:
+            # The user's path: ss.Session starts the prefetch threads itself on the first step.
+            self.sess = ss.Session(graph=runner.graph, config=ss.enable_smart_stage(config))
+            self.sess.run(model.init_op)
+        else:
+            self.sess = tf.compat.v1.Session(graph=runner.graph, config=config)
+            self.sess.run(model.init_op)
+            if runner.config.has_stage:
+                self.threads = ss.start_prefetch_threads(self.sess, stages=[runner.stage_def_for(setting)])
+        self.train = lambda: self.sess.run(model.train_op)  # what a training loop does, in every configuration
+
+    def sample(self, warmup: int, steps: int) -> Sample:
+        global_step = self.runner.model.global_step
+        first = self.sess.run(global_step)
+        wall, cpu = _timed_steps(self.sess, self.train, warmup, steps)
+        advanced = int(self.sess.run(global_step) - first)
+        return Sample(steps / wall, 1000.0 * cpu / steps, steps, advanced, wall)
+
+    def close(self) -> None:
+        if self.threads is not None:
+            self.threads.stop()
+        self.sess.close()
 
 
 @dataclass
 class ConfigRunner:
-    """A configuration's graph, built once for a workload; `measure` opens one session per call."""
+    """A configuration's graph, built once for a workload; `open` starts a session at a setting."""
 
     config: Config
     workload: Workload
@@ -213,7 +253,8 @@ class ConfigRunner:
         defs = ss.stage_defs(self.graph)
         return defs[0] if defs else None
 
-    def _stage_def_for(self, setting: Setting):
+    def stage_def_for(self, setting: Setting):
+        """The graph's StageDef with the setting's producer threads and pool (what staged() records)."""
         stage_def = type(self.stage_def)()
         stage_def.CopyFrom(self.stage_def)  # the graph's own StageDef stays as staged() wrote it
         stage_def.num_threads = setting.threads
@@ -221,20 +262,16 @@ class ConfigRunner:
         stage_def.stage_subgraph_thread_pool_id = STAGE_POOL_ID if setting.own_pool else 0
         return stage_def
 
+    def open(self, setting: Setting) -> OpenRun:
+        return OpenRun(self, setting)
+
     def measure(self, setting: Setting, warmup: int, steps: int) -> Sample:
-        """Trains `warmup` + `steps` steps in a new session with `setting`; times the last `steps`."""
-        config = session_config(setting)
-        model = self.model
-        if self.config.stage == "smart" and setting == DEFAULT_SETTING:
-            with ss.Session(graph=self.graph, config=ss.enable_smart_stage(config)) as sess:
-                sess.run(model.init_op)
-                return _sample(sess, model.train_op, model.global_step, warmup, steps)
-        with tf.compat.v1.Session(graph=self.graph, config=config) as sess:
-            sess.run(model.init_op)
-            if not self.config.has_stage:
-                return _sample(sess, model.train_op, model.global_step, warmup, steps)
-            with ss.start_prefetch_threads(sess, stages=[self._stage_def_for(setting)]):
-                return _sample(sess, model.train_op, model.global_step, warmup, steps)
+        """One block of `steps` timed steps after `warmup`, in a session of its own."""
+        run = self.open(setting)
+        try:
+            return run.sample(warmup, steps)
+        finally:
+            run.close()
 
 
 @dataclass(frozen=True)
@@ -248,36 +285,47 @@ class Sides:
 
 
 class SidesRunner:
-    """Runs the input side and the training side of the no-stage graph alone, for splits of the step.
+    """Runs the input side and the training side of the step alone, for splits of the step.
 
-        split = the preprocessed features (input pipeline | model), or SmartStage's boundary tensors
-        input side alone:    run every op the split tensors need (reading, parsing, preprocessing)
-        training side alone: run the train op of a copy of the graph whose split tensors read one
-                             fixed batch from variables (no feed_dict overhead, nothing for
-                             Grappler to constant-fold)
+        split "input": the preprocessed features (input pipeline | model)
+        split "smart": the tensors SmartStage's rewritten stage carries (its cut)
+        input side alone:    a stage on the split tensors, its prefetch thread producing, the main
+                             loop taking batches and nothing else (the cost of producing the batches,
+                             staging included; fetching them into Python would add a cost no pipeline
+                             pays, and a tf.group of them would not do: Grappler prunes stateless ops
+                             that only control inputs need)
+        training side alone: the train op of a copy of the graph whose split tensors read one fixed
+                             batch from variables (no feed_dict overhead, nothing to constant-fold)
+
+    Adds one stage per split to the no-stage configuration's graph (nothing the train op needs, so
+    the no-stage sessions never run them). `open()` starts a session per side (kept open like
+    OpenRun), `sample()` times a block of each, `close()` ends them.
     """
 
-    def __init__(self, runner: ConfigRunner, splits: Mapping[str, list[str]]):
-        if runner.config.has_stage or runner.config.prefetch:
-            raise ValueError("SidesRunner needs the no-stage graph")
-        self.runner = runner
+    def __init__(self, no_stage: ConfigRunner, smart_tensors: list[str]):
+        if no_stage.config.name != "no_stage":
+            raise ValueError("SidesRunner extends the no_stage configuration's graph")
         self.notes: list[str] = []
-        self.inputs: dict[str, tf.Operation] = {}
-        graph = runner.graph
+        self.graph, self.model = no_stage.graph, no_stage.model
+        graph = self.graph
+        splits = {"input": sorted({t.name for t in self.model.preprocessed.values()}), "smart": smart_tensors}
         tensors: dict[str, list[tf.Tensor]] = {}
-        with graph.as_default():
-            for name, tensor_names in splits.items():
-                try:
-                    tensors[name] = [graph.get_tensor_by_name(t) for t in tensor_names]
-                except (KeyError, ValueError) as error:
-                    self.notes.append(f"split {name!r} skipped: {error}")
-                    continue
-                if not tensors[name]:
-                    self.notes.append(f"split {name!r} skipped: no tensors")
-                    del tensors[name]
-                    continue
-                self.inputs[name] = tf.group(*[t.op for t in tensors[name]], name=f"bench_input_side_{name}")
-        model = runner.model
+        self.stages: dict[str, tuple[object, tf.Operation]] = {}
+        for name, tensor_names in splits.items():
+            try:
+                tensors[name] = [graph.get_tensor_by_name(t) for t in tensor_names]
+            except (KeyError, ValueError) as error:
+                self.notes.append(f"split {name!r} skipped: {error}")
+                continue
+            if not tensors[name]:
+                self.notes.append(f"split {name!r} skipped: no tensors")
+                del tensors[name]
+                continue
+            with graph.as_default():
+                taken = ss.staged(tensors[name], name=f"bench_input_side_{name}")
+            stage_def = next(d for d in ss.stage_defs(graph) if d.take_node == taken[0].op.name)
+            self.stages[name] = (stage_def, taken[0].op)
+        model = self.model
         with tf.compat.v1.Session(graph=graph, config=session_config(DEFAULT_SETTING)) as sess:
             sess.run(model.init_op)
             values = {name: sess.run(ts) for name, ts in tensors.items()}
@@ -288,9 +336,9 @@ class SidesRunner:
             with fixed_graph.as_default():
                 fixed, holders = {}, []
                 for k, (tensor, value) in enumerate(zip(ts, values[name])):
-                    # A resource variable holding the batch, with the tensor's own static shape
-                    # (batch dimension unknown, as in the real graph): Grappler folds constants even
-                    # through PlaceholderWithDefault, and would fold Unique and SparseConcat away.
+                    # A resource variable holding the batch, with the tensor's own static shape:
+                    # Grappler folds constants even through PlaceholderWithDefault, and would fold
+                    # Unique and SparseConcat of a constant batch away.
                     holder = tf.Variable(value, trainable=False, shape=tensor.shape, name=f"bench_fixed/{k}")
                     holders.append(holder)
                     fixed[tensor.name] = holder.read_value()
@@ -298,24 +346,35 @@ class SidesRunner:
                 init = tf.group(fixed_graph.get_operation_by_name(model.init_op.name),
                                 tf.compat.v1.variables_initializer(holders), name="bench_fixed/init")
             self.trains[name] = (fixed_graph, init.name, model.train_op.name)
+        self._open: list = []
 
-    def measure(self, warmup: int, steps: int) -> dict[str, Sides]:
-        model = self.runner.model
-        walls: dict[str, list[float]] = {}
-        with tf.compat.v1.Session(graph=self.runner.graph, config=session_config(DEFAULT_SETTING)) as sess:
-            sess.run(model.init_op)
-            for name, op in self.inputs.items():
-                walls[name] = list(_timed_steps(sess, op, warmup, steps))
+    def open(self) -> None:
+        config = session_config(DEFAULT_SETTING)
+        for name, (stage_def, take) in self.stages.items():
+            sess = tf.compat.v1.Session(graph=self.graph, config=config)
+            sess.run(self.model.init_op)
+            threads = ss.start_prefetch_threads(sess, stages=[stage_def])
+            self._open.append((name, "in", sess, lambda sess=sess, take=take: sess.run(take), threads))
         for name, (graph, init, train) in self.trains.items():
-            with tf.compat.v1.Session(graph=graph, config=session_config(DEFAULT_SETTING)) as sess:
-                sess.run(init)
-                walls[name] += _timed_steps(sess, train, warmup, steps)
-        return {name: Sides(*(x / steps for x in (w[0], w[2], w[1], w[3]))) for name, w in walls.items()}
+            sess = tf.compat.v1.Session(graph=graph, config=config)
+            sess.run(init)
+            op = graph.get_operation_by_name(train)
+            self._open.append((name, "train", sess, lambda sess=sess, op=op: sess.run(op), None))
 
+    def sample(self, warmup: int, steps: int) -> dict[str, Sides]:
+        times: dict[str, dict[str, tuple[float, float]]] = {}
+        for name, side, sess, run, _ in self._open:
+            wall, cpu = _timed_steps(sess, run, warmup, steps)
+            times.setdefault(name, {})[side] = (wall / steps, cpu / steps)
+        return {name: Sides(t["in"][0], t["train"][0], t["in"][1], t["train"][1])
+                for name, t in times.items() if "in" in t and "train" in t}
 
-def input_split(runner: ConfigRunner) -> list[str]:
-    """The input pipeline | model split: every preprocessed feature tensor."""
-    return sorted({t.name for t in runner.model.preprocessed.values()})
+    def close(self) -> None:
+        for _, _, sess, _, threads in self._open:
+            if threads is not None:
+                threads.stop()
+            sess.close()
+        self._open = []
 
 
 def smart_split(runner: ConfigRunner) -> list[str]:
@@ -323,7 +382,3 @@ def smart_split(runner: ConfigRunner) -> list[str]:
     if runner.rewrite is None or not runner.rewrite.stages:
         return []
     return sorted({name for stage in runner.rewrite.stages for name in stage.boundary})
-
-
-def with_latency(workload: Workload, latency_ms: float) -> Workload:
-    return replace(workload, variant="io", read_latency_ms=latency_ms)
