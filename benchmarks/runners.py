@@ -13,6 +13,8 @@ Every configuration trains the same model on the same CSV through a real input p
     staged           smartstage.staged() right after parsing (the hand-placed stage), plain Session
     smart            the same staged graph through ss.Session with do_smart_stage
     smart_prefetch   SmartStage on a pipeline that keeps its own prefetch(AUTOTUNE)
+    auto_stage       the no-stage graph through ss.Session with do_smart_stage and auto-stage: the
+                     optimizer inserts the stage at the iterator and expands it
 
 A `Setting` is one point of the grid: producer threads (the stage's num_threads), whether prefetch
 runs get their own inter-op pool, and the session's inter-op pool size. The default setting is what
@@ -86,13 +88,22 @@ DEFAULT_SETTING = Setting()
 class Config:
     name: str
     label: str
-    stage: str  # "none" | "staged" | "smart"
+    stage: str  # "none" | "staged" | "smart" | "auto"
     prefetch: bool = False  # the dataset ends in prefetch(AUTOTUNE)
     preprocess_in_dataset: bool = False
 
     @property
     def has_stage(self) -> bool:
         return self.stage != "none"
+
+    @property
+    def rewritten(self) -> bool:
+        """SmartStage rewrites the graph when the session is created."""
+        return self.stage in ("smart", "auto")
+
+    def session_config(self, config: tf.compat.v1.ConfigProto) -> tf.compat.v1.ConfigProto:
+        """`config` with SmartStage turned on as this configuration's user would."""
+        return ss.enable_smart_stage(config, auto_stage=self.stage == "auto")
 
 
 CONFIGS: tuple[Config, ...] = (
@@ -102,10 +113,11 @@ CONFIGS: tuple[Config, ...] = (
     Config("tfdata_map", "preprocessing in tf.data map + prefetch", "none", prefetch=True, preprocess_in_dataset=True),
     Config("smart", "SmartStage", "smart"),
     Config("smart_prefetch", "SmartStage + tf.data prefetch", "smart", prefetch=True),
+    Config("auto_stage", "SmartStage auto-stage (no staged())", "auto"),
 )
 CONFIGS_BY_NAME = {c.name: c for c in CONFIGS}
 ALTERNATIVES = ("no_stage", "staged", "tfdata_prefetch", "tfdata_map")
-SMART = ("smart", "smart_prefetch")
+SMART = ("smart", "smart_prefetch", "auto_stage")
 
 
 def grid_for(config: Config, threads: tuple[int, ...] = (1, 2, 4), inter_ops: tuple[int, ...] = (0, 4)) -> list[Setting]:
@@ -165,7 +177,7 @@ def build_model(workload: Workload, files: CriteoFiles, config: Config) -> tuple
         preprocess_in_dataset=config.preprocess_in_dataset,
         iterator="initializable" if config.preprocess_in_dataset else "one_shot",
     )
-    stage_fn = ss.staged if config.has_stage else no_stage
+    stage_fn = ss.staged if config.stage in ("staged", "smart") else no_stage
     builder = build_dlrm if workload.model == "dlrm" else build_wide_deep
     graph = tf.Graph()
     with graph.as_default():
@@ -202,9 +214,9 @@ class OpenRun:
         model = runner.model
         config = session_config(setting)
         self.threads = None
-        if runner.config.stage == "smart" and setting == DEFAULT_SETTING:
+        if runner.config.rewritten and setting == DEFAULT_SETTING:
             # The user's path: ss.Session starts the prefetch threads itself on the first step.
-            self.sess = ss.Session(graph=runner.graph, config=ss.enable_smart_stage(config))
+            self.sess = ss.Session(graph=runner.graph, config=runner.config.session_config(config))
             self.sess.run(model.init_op)
         else:
             self.sess = tf.compat.v1.Session(graph=runner.graph, config=config)
@@ -242,9 +254,9 @@ class ConfigRunner:
         start = time.perf_counter()
         self.graph, self.model = build_model(self.workload, self.files, self.config)
         self.build_seconds = time.perf_counter() - start
-        if self.config.stage == "smart":
+        if self.config.rewritten:
             # The user's path: creating the session rewrites the live graph (once per graph).
-            sess = ss.Session(graph=self.graph, config=ss.enable_smart_stage(session_config(DEFAULT_SETTING)))
+            sess = ss.Session(graph=self.graph, config=self.config.session_config(session_config(DEFAULT_SETTING)))
             self.rewrite = sess.smart_stage
             sess.close()
 
