@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from typing import Iterable, Iterator, NamedTuple
+from typing import Container, Iterable, Iterator, NamedTuple, Sequence
 
 from tensorflow.core.framework import graph_pb2, node_def_pb2, op_def_pb2, types_pb2
 
@@ -200,6 +200,8 @@ class GraphView:
             self._raw = {k: v for k, v in base._raw.items() if k not in stale and k in position}
         self._fanouts: dict[str, list[Fanout]] | None = None
         self._order: list[str] | None = None
+        self._ranks: dict[str, int] | None = None
+        self._sorted: bool | None = None  # in_written_order()
         self._dangling: list[str] = []
 
     @staticmethod
@@ -338,17 +340,16 @@ class GraphView:
         Only the NextIteration -> Merge back edges of v1 while loops may close a loop.
         """
         done: set[str] = set()
-        nodes = self._position_of
+        nodes, raw_inputs = self._position_of, self.raw_inputs
         for root in (self._names if roots is None else roots):
             if root in done:
                 continue
             path = [root]
             on_path = {root}
-            iters = [iter(self.inputs(root))]
+            iters = [map(input_source, raw_inputs(root))]
             while iters:
                 name = path[-1]
-                for t in iters[-1]:
-                    src = t.node
+                for src in iters[-1]:
                     if src in done or src not in nodes or self._is_back_edge(src, name):
                         continue
                     if src in on_path:
@@ -358,7 +359,7 @@ class GraphView:
                                          "may close a loop)")
                     path.append(src)
                     on_path.add(src)
-                    iters.append(iter(self.inputs(src)))
+                    iters.append(map(input_source, raw_inputs(src)))
                     break
                 else:
                     done.add(name)
@@ -370,7 +371,14 @@ class GraphView:
         """Every node in a topological order: the GraphDef's own order when it already is one (TensorFlow
         writes graphs that way, and so does SmartStage), else Kahn's order with ties in graph order.
         GraphError names a cycle. Inputs that name no node are ignored here (see check_inputs)."""
-        if self._order is None:
+        if self._order is None and not self.in_written_order():
+            self._order = self.topological_order()
+        return self._order
+
+    def in_written_order(self) -> bool:
+        """Whether the GraphDef lists every node after its inputs (one sweep over the input strings, which
+        also notes the inputs that name no node). A graph in that order is acyclic."""
+        if self._sorted is None:
             self.read_all()
             nodes, raw, seen = self._position_of, self._raw, set()
             in_order = True
@@ -387,31 +395,65 @@ class GraphView:
                             in_order = False
                 seen.add(name)
             self._dangling = list(dict.fromkeys(dangling))
-            self._order = list(self._names) if in_order else self.topological_order()
-        return self._order
+            self._sorted = in_order
+            if in_order:
+                self._order = list(self._names)
+        return self._sorted
+
+    def ranks(self) -> dict[str, int]:
+        """Each node's index in order()."""
+        if self._ranks is None:
+            self._ranks = {name: i for i, name in enumerate(self.order())}
+        return self._ranks
 
     def topological_order(self, names: Iterable[str] | None = None) -> list[str]:
         """`names` (default: all nodes) ordered so that each comes after its inputs among them; ties in
         graph order. GraphError names a cycle."""
-        chosen = list(self._names) if names is None else sorted(set(names), key=self.position)
-        members = set(chosen)
+        if names is None:
+            chosen: Sequence[str] = self._names
+            members: Container[str] = self._position_of
+            self.read_all()
+        else:
+            chosen = sorted(set(names), key=self.position)
+            members = set(chosen)
+        # Kahn's algorithm over the raw input strings (10^6 edges: no parsing, no Fanout tuples). Each
+        # consumer is listed once per distinct source, in graph order, which keeps the ties in graph order.
+        raw_inputs, op_of = self.raw_inputs, self._op_of
+        consumers: dict[str, list[str]] = {}
         indegree: dict[str, int] = {}
+        ready: deque[str] = deque()
         for name in chosen:
-            indegree[name] = len({t.node for t in self.inputs(name)
-                                  if t.node in members and not self._is_back_edge(t.node, name)})
-        ready = deque(name for name in chosen if indegree[name] == 0)
+            merge = op_of[name] in _MERGE_OPS
+            count = 0
+            sources = set()
+            for s in raw_inputs(name):  # input_source(), inlined: 10^6 calls
+                if s[0] == "^":
+                    s = s[1:]
+                elif ":" in s:
+                    node, _, port = s.rpartition(":")
+                    if port.isdigit():
+                        s = node
+                sources.add(s)
+            for src in sources:
+                if src not in members or (merge and op_of[src] in _NEXT_ITERATION_OPS):
+                    continue
+                count += 1
+                bucket = consumers.get(src)
+                if bucket is None:
+                    consumers[src] = [name]
+                else:
+                    bucket.append(name)
+            indegree[name] = count
+            if not count:
+                ready.append(name)
         order: list[str] = []
         while ready:
             name = ready.popleft()
             order.append(name)
-            seen: set[str] = set()
-            for f in self.fanouts(name):
-                c = f.consumer
-                if c not in members or c in seen or self._is_back_edge(name, c):
-                    continue
-                seen.add(c)
-                indegree[c] -= 1
-                if indegree[c] == 0:
+            for c in consumers.get(name, ()):
+                left = indegree[c] - 1
+                indegree[c] = left
+                if not left:
                     ready.append(c)
         if len(order) != len(chosen):
             self.check_acyclic([n for n in chosen if indegree[n] > 0])

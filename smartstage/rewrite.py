@@ -66,12 +66,15 @@ def rebuild_boundary(
     view: GraphView,
     partition: StagePartition,
     shape_of: ShapeLookup,
+    index: Callable[[str], int] | None = None,
 ) -> tuple[list[int], set[str]]:
-    """Applies `partition` to `graph_def` (a copy of view.graph_def, nodes in the same positions).
+    """Applies `partition` to `graph_def`, a copy of view.graph_def: its nodes in the same positions, or
+    where `index(name)` says.
 
     Returns the boundary dtypes and the names of the nodes it edited. The view describes the graph
     before any edit.
     """
+    index = index or view.position
     stage = partition.stage
     take = stage.take
     moved = set(partition.moved)
@@ -85,7 +88,7 @@ def rebuild_boundary(
 
     def node(name: str):
         edited.add(name)
-        return graph_def.node[view.position(name)]
+        return graph_def.node[index(name)]
 
     # 1. Moved nodes read what the put used to carry (only those that read the take change).
     for name in partition.take_readers:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from tensorflow.core.framework import graph_pb2
 
 from smartstage.errors import GraphError, VerificationError
-from smartstage.graph import GraphView, dtype_name
+from smartstage.graph import GraphView, dtype_name, input_source
 from smartstage.passes.find_stages import FIFO, StageBoundary
 
 
@@ -28,13 +28,35 @@ def verify_graph(graph_def: graph_pb2.GraphDef, stages: list[StageBoundary] = ()
         incremental = base is not None and edited is not None and len(graph_def.node) == len(base)
         view = GraphView(graph_def, base=base, changed=edited) if incremental else GraphView(graph_def)
         view.check_inputs(edited if incremental else None)
-        view.order()  # in graph order when sorted; Kahn (naming any cycle) when not
+        if incremental:
+            if not view.in_written_order():  # passes keep a sorted graph sorted: then one sweep proves it
+                view.check_acyclic(_backward_heads(view, base, edited))
+        else:
+            view.order()  # in graph order when sorted; Kahn (naming any cycle) when not
     except GraphError as e:
         raise VerificationError(str(e)) from None
     readers = list(edited) if incremental else list(view.names())
     for stage in stages:
         _verify_stage(view, stage, readers)
     return view
+
+
+def _backward_heads(view: GraphView, base: GraphView, edited) -> list[str]:
+    """The edited nodes that read a node placed after them in the base graph's topological order.
+
+    Unedited nodes kept their inputs, so their edges follow that order; a cycle cannot follow it all
+    the way round, so every new cycle enters one of these nodes through such an edge: only they need a
+    cycle search (a pass that moves a put to the end of the graph names just the put).
+    """
+    if base._order is None:
+        return list(edited)
+    rank = base.ranks()
+    heads = []
+    for name in edited:
+        own = rank.get(name)
+        if own is None or any(rank.get(src, own) >= own for src in map(input_source, view.raw_inputs(name))):
+            heads.append(name)
+    return heads
 
 
 def _types(view: GraphView, name: str, keys: tuple[str, ...]) -> list[int] | None:

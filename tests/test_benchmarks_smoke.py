@@ -47,7 +47,7 @@ def test_e2e_smoke_measures_every_configuration(smoke_runs):
     result = _latest(out, "e2e")
     (workload,) = result["workloads"]
     assert not workload["errors"]
-    for name in ("no_stage", "staged", "tfdata_prefetch", "tfdata_map", "smart", "smart_prefetch"):
+    for name in ("no_stage", "staged", "tfdata_prefetch", "tfdata_map", "smart", "smart_prefetch", "auto_stage"):
         settings = workload["rows"][name]["settings"]
         assert settings[0]["is_default"]
         assert all(s["steps_per_sec"]["median"] > 0 for s in settings), name
@@ -55,6 +55,8 @@ def test_e2e_smoke_measures_every_configuration(smoke_runs):
     assert workload["sides_ms"]["input"]["t_train"]["median"] > 0
     assert workload["sides_ms"]["smart"]["t_train"]["median"] > 0
     assert "| SmartStage | default |" in stdout
+    assert "| SmartStage auto-stage (no staged()) | default |" in stdout
+    assert "| SmartStage | default |" in (out / "e2e-latest.md").read_text()
     if _has_matplotlib():
         assert (out / "e2e-latest.png").stat().st_size > 0
 

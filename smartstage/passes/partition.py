@@ -200,7 +200,10 @@ def _finish(view: GraphView, st: _StageState, consumed: set[str]) -> StagePartit
     for name in moved:
         if name in st.reads_take:
             take_readers[name] = None
+    raw_inputs, crosses = view.raw_inputs, moved.keys() | {take}
     for name in pinned:
+        if not any(input_source(s) in crosses for s in raw_inputs(name)):
+            continue  # most pinned nodes (the model, its gradients) read nothing of the stage
         for src, port in view.inputs(name):
             if src != take and src not in moved:
                 continue

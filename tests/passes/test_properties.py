@@ -4,6 +4,7 @@ the partition and the rewrite hold on every one."""
 from __future__ import annotations
 
 import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -123,6 +124,36 @@ def test_rules_hold_on_random_graphs(case):
     again = optimize(new, ON, targets=targets)
     assert again.graph_def == new
     assert optimize(graph_def, ON, targets=targets).graph_def == new
+
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stage_graphs(), st.randoms(use_true_random=False))
+def test_node_order_of_the_input_does_not_change_the_rewrite(case, rng):
+    """A GraphDef need not list nodes after their inputs: any order of the same nodes moves the same nodes
+    and carries the same tensors (the buffer's component order follows the GraphDef's order), and a
+    changed graph is written in topological order."""
+    graph_def, targets = case
+    shuffled = graph_pb2.GraphDef()
+    shuffled.node.extend(rng.sample(list(graph_def.node), len(graph_def.node)))
+    expected = optimize(graph_def, ON, targets=targets)
+    result = optimize(shuffled, ON, targets=targets)
+    assert result.moved() == expected.moved()
+    assert result.changed == expected.changed
+    (p,), (q,) = result.partitions, expected.partitions
+    assert sorted(p.boundary_after) == sorted(q.boundary_after)
+    assert _carried_inputs(result) == _carried_inputs(expected)
+    if result.changed:
+        assert GraphView(result.graph_def).in_written_order()
+        assert optimize(result.graph_def, ON, targets=targets).graph_def == result.graph_def
+
+
+def _carried_inputs(result) -> dict[str, list[str]]:
+    """Each node's inputs, sorted, with a take output written as the tensor it carries ("stage/take:1" ->
+    "op5:0"): the same for two rewrites that differ only in the order of the buffer's components."""
+    carried = {take: tensor for tensor, take in result.fetch_map().items()}
+    carried.update({t.replace(":0", ""): tensor for t, tensor in carried.items() if t.endswith(":0")})
+    return {n.name: sorted(carried.get(s, s) for s in n.input) for n in result.graph_def.node}
 
 
 _ = CONTROL_PORT
