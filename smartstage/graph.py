@@ -322,7 +322,8 @@ class GraphView:
         if names is None:
             self.order()  # its sweep notes inputs that name no node
             names = self._dangling
-        return [(name, str(t)) for name in names for t in self.inputs(name) if t.node not in nodes]
+        raw_inputs = self.raw_inputs
+        return [(name, s) for name in names for s in raw_inputs(name) if input_source(s) not in nodes]
 
     def check_inputs(self, names: Iterable[str] | None = None) -> None:
         missing = self.missing_inputs(names)

@@ -178,6 +178,11 @@ class Session(tf.compat.v1.Session):
             self._maybe_start_prefetch(mapped)
         return mapped
 
+    @property
+    def starts_prefetch_threads(self) -> bool:
+        """Whether this session starts the prefetch threads itself (prefetch=True, the default)."""
+        return self._auto_prefetch
+
     def _maybe_start_prefetch(self, fetches) -> None:
         takes = {d.take_node for d in stage_defs(self.graph)}
         if not takes or not self._reads_a_stage(fetches, takes):

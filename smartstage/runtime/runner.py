@@ -248,6 +248,12 @@ def start_prefetch_threads(
             "start_prefetch_threads() needs a plain tf.compat.v1.Session; for a MonitoredSession "
             "pass hooks=[smartstage.make_prefetch_hook()] when you create it"
         )
+    if getattr(sess, "starts_prefetch_threads", False):
+        raise StageRuntimeError(
+            "start_prefetch_threads(): this smartstage.Session starts the prefetch threads itself on its "
+            "first step, and a second set would run two producers per stage (batches out of order); "
+            "drop this call, or create the session with smartstage.Session(..., prefetch=False)"
+        )
     known = stage_defs(sess.graph)
     if stages is None:
         chosen = known

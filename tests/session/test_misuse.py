@@ -56,6 +56,12 @@ def test_a_rewritten_stage_without_prefetch_threads_fails_the_step_instead_of_ha
         sess.run(init_ops(graph))
         with ss.start_prefetch_threads(sess):
             sess.run(model.train_op, options=bounded())
+    # prefetch=True (the default) starts them on the first step: a second set is refused, not started.
+    with Session(graph=graph, config=flag()) as sess:
+        sess.run(init_ops(graph))
+        with pytest.raises(ss.StageRuntimeError, match=r"starts the prefetch threads itself.*prefetch=False"):
+            ss.start_prefetch_threads(sess)
+        sess.run(model.train_op, options=bounded())
 
 
 def test_a_target_that_names_no_node():
