@@ -363,6 +363,21 @@ MODES = {
 }
 
 
+def report_text(result: dict[str, Any], summaries: list[dict[str, Any]]) -> str:
+    """The printed report, in Markdown (also written beside the JSON): per workload the two sides
+    alone, the table, and the targets."""
+    machine = result["machine"]
+    lines = [f"# End-to-end benchmark ({result['mode']}): {result['command']}",
+             f"Machine: {machine_line(machine)}; load average at end {machine['load_average_at_end']}"]
+    for summary in summaries:
+        w = summary["workload"]
+        lines += ["", f"## {w.name}: batch {w.batch_size}, read latency {w.read_latency_ms:g} ms/batch, "
+                      f"{summary['seconds']:.0f} s",
+                  sides_line(summary), "", workload_table(summary), "", targets_text(summary)]
+        lines += [f"ERROR: {error}" for error in summary["errors"]]
+    return "\n".join(lines) + "\n"
+
+
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.e2e", description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
@@ -426,20 +441,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "seconds": round(time.perf_counter() - started, 1),
     }
     figure = plot(summaries) if summaries else None
-    paths = write_outputs(args.out, "e2e", result, figure, publish=args.publish)
-    print(f"# End-to-end benchmark ({args.mode}): {result['command']}")
-    print(f"Machine: {machine_line(machine)}; load average at end {machine['load_average_at_end']}")
-    for summary in summaries:
-        w = summary["workload"]
-        print(f"\n## {w.name}: batch {w.batch_size}, read latency {w.read_latency_ms:g} ms/batch, "
-              f"{summary['seconds']:.0f} s")
-        print(sides_line(summary))
-        print()
-        print(workload_table(summary))
-        print()
-        print(targets_text(summary))
-        for error in summary["errors"]:
-            print(f"ERROR: {error}")
+    text = report_text(result, summaries)
+    paths = write_outputs(args.out, "e2e", result, figure, publish=args.publish, text=text)
+    print(text, end="")
     print(f"\nTotal {result['seconds']:.0f} s. Wrote: {', '.join(str(p) for p in paths)}")
     return 1 if any(s["errors"] for s in summaries) else 0
 

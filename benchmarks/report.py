@@ -141,9 +141,11 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
-def write_outputs(out_dir: Path, stem: str, result: dict[str, Any], figure=None, publish: bool = False) -> list[Path]:
-    """Writes `<stem>-<time>.json` (+ .png) and copies them to `<stem>-latest.*`; with `publish`,
-    also to docs/perf/<stem>.json and .png (the files the docs reference)."""
+def write_outputs(out_dir: Path, stem: str, result: dict[str, Any], figure=None, publish: bool = False,
+                  text: Optional[str] = None) -> list[Path]:
+    """Writes `<stem>-<time>.json` (+ .png, + .md: the printed report `text`) and copies them to
+    `<stem>-latest.*`; with `publish`, also to docs/perf/<stem>.json, .png and .md (the files the docs
+    reference)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     paths = []
@@ -155,6 +157,10 @@ def write_outputs(out_dir: Path, stem: str, result: dict[str, Any], figure=None,
         png_path = out_dir / f"{stem}-{stamp}.png"
         figure.savefig(png_path, dpi=110, bbox_inches="tight")
         paths.append(png_path)
+    if text is not None:
+        md_path = out_dir / f"{stem}-{stamp}.md"
+        md_path.write_text(text)
+        paths.append(md_path)
     for path in list(paths):
         latest = out_dir / f"{stem}-latest{path.suffix}"
         shutil.copyfile(path, latest)

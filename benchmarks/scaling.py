@@ -364,20 +364,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "seconds": round(time.perf_counter() - started, 1),
     }
     figure = plot(summary)
-    written = write_outputs(args.out, "scaling", result, figure, publish=args.publish)
-    print(f"# Scaling benchmark ({args.mode}): {result['command']}")
-    print(f"Machine: {machine_line(machine)}; load average at end {machine['load_average_at_end']}\n")
-    print("CPU seconds (process_time) and extra peak RSS, median (range) of "
-          f"{args.repeats} run(s), each in its own process:\n")
-    print(table(summary))
-    print()
-    print(passes_table(summary))
-    print()
-    print(targets_text(summary))
+    lines = [f"# Scaling benchmark ({args.mode}): {result['command']}",
+             f"Machine: {machine_line(machine)}; load average at end {machine['load_average_at_end']}", "",
+             "CPU seconds (process_time) and extra peak RSS, median (range) of "
+             f"{args.repeats} run(s), each in its own process:", "",
+             table(summary), "", passes_table(summary), "", targets_text(summary)]
     if profile_text:
-        print(f"\ncProfile of optimize() on {args.profile:,} nodes (process_time):\n{profile_text}")
-    for error in errors:
-        print(f"ERROR: {error}")
+        lines.append(f"\ncProfile of optimize() on {args.profile:,} nodes (process_time):\n{profile_text}")
+    lines += [f"ERROR: {error}" for error in errors]
+    text = "\n".join(lines) + "\n"
+    written = write_outputs(args.out, "scaling", result, figure, publish=args.publish, text=text)
+    print(text, end="")
     print(f"\nTotal {result['seconds']:.0f} s. Wrote: {', '.join(str(p) for p in written)}")
     return 1 if errors else 0
 

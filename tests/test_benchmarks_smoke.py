@@ -72,6 +72,7 @@ def test_scaling_smoke_measures_every_operation(smoke_runs):
     assert row["optimize"]["moved"] > 0
     assert 4_000 < row["optimize"]["nodes"] < 6_000
     assert "optimize / import" in stdout
+    assert "optimize / import" in (out / "scaling-latest.md").read_text()
     if _has_matplotlib():
         assert (out / "scaling-latest.png").stat().st_size > 0
 
