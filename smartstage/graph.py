@@ -137,8 +137,12 @@ def is_stateful_op(op_type: str) -> bool | None:
     return None if od is None else od.is_stateful
 
 
+_DTYPE_NAMES = {value: name[3:].lower() for name, value in types_pb2.DataType.items()}
+
+
 def dtype_name(dtype: int) -> str:
-    return types_pb2.DataType.Name(dtype)[3:].lower() if dtype in types_pb2.DataType.values() else str(dtype)
+    """"int64" for DT_INT64 (and "int64_ref" for its ref type); the number itself when unknown."""
+    return _DTYPE_NAMES.get(dtype) or str(dtype)
 
 
 _new = tuple.__new__  # builds NamedTuples without their Python-level constructor: graphs have 10^6 edges
@@ -172,19 +176,21 @@ class GraphView:
     def __init__(self, graph_def: graph_pb2.GraphDef, base: "GraphView | None" = None,
                  changed: Iterable[str] | None = None):
         self.graph_def = graph_def
-        # Only names are read up front; NodeDefs are fetched by position when asked for: wrapping every
-        # NodeDef of a 10^6-node graph in a Python object costs more than the whole analysis.
+        # Names, op types and input strings are read up front; NodeDefs are fetched by position when asked
+        # for: wrapping every NodeDef of a 10^6-node graph in a Python object costs more than the analysis.
+        raw = None
         if base is not None and len(base) == len(graph_def.node):
             names = [node.name for node in graph_def.node]
             stale = set(changed or ())
             known = base._op_of
             self._op_of = {n: known[n] if n in known and n not in stale else graph_def.node[i].op
                            for i, n in enumerate(names)}
-        else:
-            names, ops = [], []
+        else:  # one sweep over the NodeDefs reads names, op types and input strings (parsed on demand)
+            names, ops, raw = [], [], []
             for node in graph_def.node:
                 names.append(node.name)
                 ops.append(node.op)
+                raw.append(tuple(node.input))
             self._op_of = dict(zip(names, ops))
         position = {name: i for i, name in enumerate(names)}
         if len(position) != len(names) or "" in position:
@@ -193,11 +199,12 @@ class GraphView:
         self._position_of = position
         self._node_cache: dict[str, node_def_pb2.NodeDef] = {}
         self._inputs: dict[str, list[TensorName]] = {}
-        self._raw: dict[str, tuple[str, ...]] = {}
+        self._raw: dict[str, tuple[str, ...]] = {} if raw is None else dict(zip(names, raw))
         if base is not None:
             stale = set(changed or ())
             self._inputs = {k: v for k, v in base._inputs.items() if k not in stale and k in position}
-            self._raw = {k: v for k, v in base._raw.items() if k not in stale and k in position}
+            if raw is None:  # a derived view: the base's input strings, but for the changed nodes
+                self._raw = {k: v for k, v in base._raw.items() if k not in stale and k in position}
         self._fanouts: dict[str, list[Fanout]] | None = None
         self._order: list[str] | None = None
         self._ranks: dict[str, int] | None = None
