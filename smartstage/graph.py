@@ -84,46 +84,70 @@ _FALLBACK_TYPE_LIST_ATTRS = ("dtypes", "component_types", "Toutput_types", "outp
 _FALLBACK_TYPE_ATTRS = ("dtype", "T", "out_type", "DstT")
 
 
+class _OutputArg(NamedTuple):
+    """One output argument of an OpDef, read once per op type (NodeDef attributes are read per node)."""
+
+    type_list_attr: str
+    dtype: int  # a fixed type, else 0
+    type_attr: str
+    default_type: int  # the type attribute's default, else 0
+    number_attr: str
+    default_number: int  # the number attribute's default, else -1
+    is_ref: bool
+
+
+@functools.lru_cache(maxsize=None)
+def _output_args(op_type: str) -> tuple[_OutputArg, ...] | None:
+    od = op_def(op_type)
+    if od is None:
+        return None
+    defaults = {a.name: a.default_value for a in od.attr if a.HasField("default_value")}
+    return tuple(_OutputArg(
+        arg.type_list_attr, arg.type, arg.type_attr,
+        defaults[arg.type_attr].type if arg.type_attr in defaults else 0,
+        arg.number_attr, defaults[arg.number_attr].i if arg.number_attr in defaults else -1,
+        arg.is_ref) for arg in od.output_arg)
+
+
 def output_dtypes(node: node_def_pb2.NodeDef) -> list[int] | None:
     """The DataType of every output of `node`, or None when it cannot be known.
 
     Known op types use their OpDef; unknown ones fall back to common type attributes.
     Ref outputs (legacy variables) have the `_REF` type.
     """
-    od = op_def(node.op)
-    if od is None:
+    args = _output_args(node.op)
+    attr = node.attr
+    if args is None:
         for key in _FALLBACK_TYPE_LIST_ATTRS:
-            if key in node.attr and node.attr[key].HasField("list"):
-                return list(node.attr[key].list.type)
+            if key in attr and attr[key].HasField("list"):
+                return list(attr[key].list.type)
         for key in _FALLBACK_TYPE_ATTRS:
-            if key in node.attr and node.attr[key].type:
-                return [node.attr[key].type]
+            if key in attr and attr[key].type:
+                return [attr[key].type]
         return None
     result: list[int] = []
-    for arg in od.output_arg:
+    for arg in args:
         if arg.type_list_attr:
-            if arg.type_list_attr not in node.attr:
+            if arg.type_list_attr not in attr:
                 return None
-            types = list(node.attr[arg.type_list_attr].list.type)
+            types = list(attr[arg.type_list_attr].list.type)
         else:
-            if arg.type:
-                dtype = arg.type
-            elif arg.type_attr in node.attr:
-                dtype = node.attr[arg.type_attr].type
+            if arg.dtype:
+                dtype = arg.dtype
+            elif arg.type_attr in attr:
+                dtype = attr[arg.type_attr].type
+            elif arg.default_type:
+                dtype = arg.default_type
             else:
-                default = next((a for a in od.attr if a.name == arg.type_attr), None)
-                if default is None or not default.HasField("default_value"):
-                    return None
-                dtype = default.default_value.type
+                return None
             count = 1
             if arg.number_attr:
-                if arg.number_attr in node.attr:
-                    count = node.attr[arg.number_attr].i
+                if arg.number_attr in attr:
+                    count = attr[arg.number_attr].i
+                elif arg.default_number >= 0:
+                    count = arg.default_number
                 else:
-                    default = next((a for a in od.attr if a.name == arg.number_attr), None)
-                    if default is None:
-                        return None
-                    count = default.default_value.i
+                    return None
             types = [dtype] * count
         if arg.is_ref:
             types = [t + 100 if t < 100 else t for t in types]
@@ -165,6 +189,15 @@ def input_source(s: str) -> str:
     return s.rpartition(":")[0] if ":" in s and s.rpartition(":")[2].isdigit() else s
 
 
+def _without(mapping: dict, keys: set) -> dict:
+    """A copy of `mapping` without `keys` (copied whole, then pruned: cheaper than a filtering
+    comprehension when few keys go)."""
+    copy = dict(mapping)
+    for key in keys:
+        copy.pop(key, None)
+    return copy
+
+
 class GraphView:
     """Read-only index of a GraphDef: nodes by name and position, inputs parsed once, fanouts with ports.
 
@@ -180,11 +213,16 @@ class GraphView:
         # for: wrapping every NodeDef of a 10^6-node graph in a Python object costs more than the analysis.
         raw = None
         if base is not None and len(base) == len(graph_def.node):
-            names = [node.name for node in graph_def.node]
+            nodes = graph_def.node
+            names = [node.name for node in nodes]
+            position = {name: i for i, name in enumerate(names)}
             stale = set(changed or ())
-            known = base._op_of
-            self._op_of = {n: known[n] if n in known and n not in stale else graph_def.node[i].op
-                           for i, n in enumerate(names)}
+            op_of = dict(base._op_of)  # copied whole, then corrected where the graphs differ
+            for name in op_of.keys() - position.keys():
+                del op_of[name]
+            for name in (position.keys() - op_of.keys()) | (stale & position.keys()):
+                op_of[name] = nodes[position[name]].op
+            self._op_of = op_of
         else:  # one sweep over the NodeDefs reads names, op types and input strings (parsed on demand)
             names, ops, raw = [], [], []
             for node in graph_def.node:
@@ -192,7 +230,7 @@ class GraphView:
                 ops.append(node.op)
                 raw.append(tuple(node.input))
             self._op_of = dict(zip(names, ops))
-        position = {name: i for i, name in enumerate(names)}
+            position = {name: i for i, name in enumerate(names)}
         if len(position) != len(names) or "" in position:
             self._raise_bad_names(graph_def)
         self._names = names
@@ -200,15 +238,16 @@ class GraphView:
         self._node_cache: dict[str, node_def_pb2.NodeDef] = {}
         self._inputs: dict[str, list[TensorName]] = {}
         self._raw: dict[str, tuple[str, ...]] = {} if raw is None else dict(zip(names, raw))
-        if base is not None:
-            stale = set(changed or ())
-            self._inputs = {k: v for k, v in base._inputs.items() if k not in stale and k in position}
-            if raw is None:  # a derived view: the base's input strings, but for the changed nodes
-                self._raw = {k: v for k, v in base._raw.items() if k not in stale and k in position}
+        if base is not None:  # the base's parsed inputs (and input strings), but for the changed nodes
+            gone = set(changed or ()) | (base._position_of.keys() - position.keys())
+            self._inputs = _without(base._inputs, gone)
+            if raw is None:
+                self._raw = _without(base._raw, gone)
         self._fanouts: dict[str, list[Fanout]] | None = None
         self._order: list[str] | None = None
         self._ranks: dict[str, int] | None = None
         self._sorted: bool | None = None  # in_written_order()
+        self._dtypes: dict[str, list[int] | None] = {}  # output_dtypes(), per node asked about
         self._dangling: list[str] = []
 
     @staticmethod
@@ -254,7 +293,9 @@ class GraphView:
     def nodes_of_type(self, ops: Iterable[str]) -> list[str]:
         """Names of the nodes whose op type is in `ops`, in graph order."""
         ops = frozenset(ops)
-        return [name for name, op in self._op_of.items() if op in ops]
+        found = [name for name, op in self._op_of.items() if op in ops]
+        found.sort(key=self._position_of.__getitem__)  # a derived view's dict is in its base's order
+        return found
 
     def read_all(self) -> None:
         """Reads the input strings of every node in one sweep over the GraphDef (cheaper than node by node;
@@ -415,8 +456,9 @@ class GraphView:
         return self._ranks
 
     def topological_order(self, names: Iterable[str] | None = None) -> list[str]:
-        """`names` (default: all nodes) ordered so that each comes after its inputs among them; ties in
-        graph order. GraphError names a cycle."""
+        """`names` (default: all nodes) ordered so that each comes after its inputs among them, and otherwise
+        in graph order: a node is placed as soon as its inputs are, so a GraphDef with a few nodes out of
+        place is repaired locally. GraphError names a cycle."""
         if names is None:
             chosen: Sequence[str] = self._names
             members: Container[str] = self._position_of
@@ -424,48 +466,43 @@ class GraphView:
         else:
             chosen = sorted(set(names), key=self.position)
             members = set(chosen)
-        # Kahn's algorithm over the raw input strings (10^6 edges: no parsing, no Fanout tuples). Each
-        # consumer is listed once per distinct source, in graph order, which keeps the ties in graph order.
+        # A depth-first walk over the raw input strings (10^6 edges: no parsing), roots in graph order:
+        # when the graph is nearly sorted, every input is placed already and the walk is one sweep.
         raw_inputs, op_of = self.raw_inputs, self._op_of
-        consumers: dict[str, list[str]] = {}
-        indegree: dict[str, int] = {}
-        ready: deque[str] = deque()
-        for name in chosen:
-            merge = op_of[name] in _MERGE_OPS
-            count = 0
-            sources = set()
-            for s in raw_inputs(name):  # input_source(), inlined: 10^6 calls
-                if s[0] == "^":
-                    s = s[1:]
-                elif ":" in s:
-                    node, _, port = s.rpartition(":")
-                    if port.isdigit():
-                        s = node
-                sources.add(s)
-            for src in sources:
-                if src not in members or (merge and op_of[src] in _NEXT_ITERATION_OPS):
-                    continue
-                count += 1
-                bucket = consumers.get(src)
-                if bucket is None:
-                    consumers[src] = [name]
-                else:
-                    bucket.append(name)
-            indegree[name] = count
-            if not count:
-                ready.append(name)
+        placed: set[str] = set()
         order: list[str] = []
-        while ready:
-            name = ready.popleft()
-            order.append(name)
-            for c in consumers.get(name, ()):
-                left = indegree[c] - 1
-                indegree[c] = left
-                if not left:
-                    ready.append(c)
-        if len(order) != len(chosen):
-            self.check_acyclic([n for n in chosen if indegree[n] > 0])
-            raise GraphError("the graph has a cycle")  # check_acyclic names it; this is a safety net
+        for root in chosen:
+            if root in placed:
+                continue
+            path, on_path = [root], {root}
+            stack = [iter(raw_inputs(root))]
+            while stack:
+                for s in stack[-1]:
+                    if s in placed:  # a plain "x" is the node's own name: one lookup settles it
+                        continue
+                    if s[0] == "^":
+                        s = s[1:]
+                    elif ":" in s:
+                        node, _, port = s.rpartition(":")
+                        if port.isdigit():
+                            s = node
+                    if s in placed or s not in members:
+                        continue
+                    if op_of[s] in _NEXT_ITERATION_OPS and op_of[path[-1]] in _MERGE_OPS:
+                        continue  # a while loop's back edge
+                    if s in on_path:
+                        self.check_acyclic([s])
+                        raise GraphError("the graph has a cycle")  # check_acyclic names it; a safety net
+                    path.append(s)
+                    on_path.add(s)
+                    stack.append(iter(raw_inputs(s)))
+                    break
+                else:
+                    stack.pop()
+                    done = path.pop()
+                    on_path.discard(done)
+                    placed.add(done)
+                    order.append(done)
         return order
 
     def _is_back_edge(self, src: str, dst: str) -> bool:
@@ -489,7 +526,10 @@ class GraphView:
 
     # -- types -------------------------------------------------------------------------------
     def output_dtypes(self, name: str) -> list[int] | None:
-        return output_dtypes(self.node(name))
+        types = self._dtypes.get(name, False)
+        if types is False:
+            types = self._dtypes[name] = output_dtypes(self.node(name))
+        return types
 
     def dtype_of(self, tensor: TensorName) -> int | None:
         types = self.output_dtypes(tensor.node)

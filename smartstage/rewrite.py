@@ -66,15 +66,12 @@ def rebuild_boundary(
     view: GraphView,
     partition: StagePartition,
     shape_of: ShapeLookup,
-    index: Callable[[str], int] | None = None,
 ) -> tuple[list[int], set[str]]:
-    """Applies `partition` to `graph_def`, a copy of view.graph_def: its nodes in the same positions, or
-    where `index(name)` says.
+    """Applies `partition` to `graph_def` (a copy of view.graph_def, nodes in the same positions).
 
     Returns the boundary dtypes and the names of the nodes it edited. The view describes the graph
     before any edit.
     """
-    index = index or view.position
     stage = partition.stage
     take = stage.take
     moved = set(partition.moved)
@@ -88,7 +85,7 @@ def rebuild_boundary(
 
     def node(name: str):
         edited.add(name)
-        return graph_def.node[index(name)]
+        return graph_def.node[view.position(name)]
 
     # 1. Moved nodes read what the put used to carry (only those that read the take change).
     for name in partition.take_readers:
@@ -109,17 +106,20 @@ def rebuild_boundary(
     for name in partition.main_readers:
         n = node(name)
         data, control = [], []
+        reads_take = False
         for s in n.input:
             t = parse_tensor_name(s)
             if t.port == CONTROL_PORT:
                 control.append("^" + take if t.node in moved else s)
             elif t.node == take:
                 data.append(input_string(take, slot[str(put_inputs[t.port])]))
+                reads_take = True
             elif t.node in moved:
                 data.append(input_string(take, slot[str(t)]))
+                reads_take = True
             else:
                 data.append(s)
-        if any(parse_tensor_name(d).node == take for d in data):
+        if reads_take:  # a data input from the take orders the node after it already
             control = [c for c in control if c != "^" + take]
         _set_inputs(n, data, control)
 

@@ -29,7 +29,9 @@ def verify_graph(graph_def: graph_pb2.GraphDef, stages: list[StageBoundary] = ()
         view = GraphView(graph_def, base=base, changed=edited) if incremental else GraphView(graph_def)
         view.check_inputs(edited if incremental else None)
         if incremental:
-            if not view.in_written_order():  # passes keep a sorted graph sorted: then one sweep proves it
+            # Passes keep a sorted graph sorted: then one sweep proves it acyclic. Otherwise only the
+            # edited nodes that read against the base's order need a cycle search.
+            if not (base.in_written_order() and view.in_written_order()):
                 view.check_acyclic(_backward_heads(view, base, edited))
         else:
             view.order()  # in graph order when sorted; Kahn (naming any cycle) when not
@@ -48,8 +50,6 @@ def _backward_heads(view: GraphView, base: GraphView, edited) -> list[str]:
     the way round, so every new cycle enters one of these nodes through such an edge: only they need a
     cycle search (a pass that moves a put to the end of the graph names just the put).
     """
-    if base._order is None:
-        return list(edited)
     rank = base.ranks()
     heads = []
     for name in edited:

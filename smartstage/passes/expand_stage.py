@@ -25,13 +25,13 @@ class ExpandStage:
         summary = [f"{p.stage.name}: unchanged: {p.skipped}" for p in ctx.partitions if not p.changes_graph]
         if not todo:
             return PassResult(graph_def, changed=False, summary=tuple(summary))
-        puts = [p.stage.put for p in todo]
-        new, index = _writable_copy(graph_def, view, puts)
+        new = graph_pb2.GraphDef()
+        new.CopyFrom(graph_def)
         shape_of = ctx.extra.get("shape_of") or _shapes_from(view)
         boundary_types = {}
         edited: set[str] = set()
         for p in todo:
-            dtypes, touched = rebuild_boundary(new, view, p, shape_of(p), index)
+            dtypes, touched = rebuild_boundary(new, view, p, shape_of(p))
             edited |= touched
             boundary_types[p.stage.name] = dtypes
             summary.append(f"{p.stage.name}: moved {len(p.moved)} node(s) to the prefetch side; the buffer now "
@@ -43,8 +43,7 @@ class ExpandStage:
             if p.stage.stage_def is not None:
                 del p.stage.stage_def.boundary_tensors[:]
                 p.stage.stage_def.boundary_tensors.extend(p.boundary_after)
-        if view.in_written_order():
-            _move_late_puts(new, view, puts)
+        _move_late_puts(new, view, [p.stage.put for p in todo])
         ctx.extra["boundary_types"] = boundary_types
         return PassResult(new, changed=True, summary=tuple(summary), details=boundary_types,
                           edited=frozenset(edited), base_view=view)
@@ -70,30 +69,9 @@ def _shapes_from(view):
     return for_partition
 
 
-def _writable_copy(graph_def: graph_pb2.GraphDef, view, puts: list[str]):
-    """The copy the rewrite edits, and where each node is in it.
-
-    A GraphDef in topological order is copied as it is (_move_late_puts keeps it sorted). One that is
-    not is copied in the order the analysis used (`view.order()`), puts last, which the rewrite keeps
-    topological: the result is sorted either way, so verification and the next run need no sort.
-    """
-    new = graph_pb2.GraphDef()
-    if view.in_written_order():
-        new.CopyFrom(graph_def)
-        return new, view.position
-    late = set(puts)
-    names = [n for n in view.order() if n not in late] + list(puts)
-    for field, value in graph_def.ListFields():
-        if field.name != "node":
-            getattr(new, field.name).CopyFrom(value)
-    nodes, position = graph_def.node, view.position
-    new.node.extend(nodes[position(n)] for n in names)
-    return new, {name: i for i, name in enumerate(names)}.__getitem__
-
-
 def _move_late_puts(graph_def: graph_pb2.GraphDef, view, puts: list[str]) -> None:
-    """A put now reads nodes that came after it: move it to the end, so the GraphDef stays in topological
-    order (and TensorFlow imports it as is)."""
+    """A put now reads nodes that came after it: move it to the end, so a GraphDef in topological order
+    stays in it (verification and the next run then need no sort). Every other node keeps its place."""
     late = []
     for put in puts:
         index = view.position(put)

@@ -131,8 +131,8 @@ def test_rules_hold_on_random_graphs(case):
 @given(stage_graphs(), st.randoms(use_true_random=False))
 def test_node_order_of_the_input_does_not_change_the_rewrite(case, rng):
     """A GraphDef need not list nodes after their inputs: any order of the same nodes moves the same nodes
-    and carries the same tensors (the buffer's component order follows the GraphDef's order), and a
-    changed graph is written in topological order."""
+    and carries the same tensors (the buffer's component order follows the GraphDef's order); every node
+    keeps its place but the put, which may move to the end."""
     graph_def, targets = case
     shuffled = graph_pb2.GraphDef()
     shuffled.node.extend(rng.sample(list(graph_def.node), len(graph_def.node)))
@@ -143,9 +143,11 @@ def test_node_order_of_the_input_does_not_change_the_rewrite(case, rng):
     (p,), (q,) = result.partitions, expected.partitions
     assert sorted(p.boundary_after) == sorted(q.boundary_after)
     assert _carried_inputs(result) == _carried_inputs(expected)
-    if result.changed:
-        assert GraphView(result.graph_def).in_written_order()
-        assert optimize(result.graph_def, ON, targets=targets).graph_def == result.graph_def
+    def others(g):
+        return [n.name for n in g.node if n.name != "stage/put"]
+
+    assert others(result.graph_def) == others(shuffled)
+    assert optimize(result.graph_def, ON, targets=targets).graph_def == result.graph_def
 
 
 def _carried_inputs(result) -> dict[str, list[str]]:
