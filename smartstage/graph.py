@@ -12,7 +12,6 @@ The view never edits the GraphDef; passes build a new one (see smartstage.rewrit
 from __future__ import annotations
 
 import functools
-from collections import deque
 from typing import Container, Iterable, Iterator, NamedTuple, Sequence
 
 from tensorflow.core.framework import graph_pb2, node_def_pb2, op_def_pb2, types_pb2
@@ -418,7 +417,8 @@ class GraphView:
 
     def order(self) -> list[str]:
         """Every node in a topological order: the GraphDef's own order when it already is one (TensorFlow
-        writes graphs that way, and so does SmartStage), else Kahn's order with ties in graph order.
+        writes graphs that way, and so does SmartStage), else topological_order(): each node as soon as
+        its inputs are placed, otherwise in graph order.
         GraphError names a cycle. Inputs that name no node are ignored here (see check_inputs)."""
         if self._order is None and not self.in_written_order():
             self._order = self.topological_order()

@@ -34,7 +34,7 @@ def verify_graph(graph_def: graph_pb2.GraphDef, stages: list[StageBoundary] = ()
             if not (base.in_written_order() and view.in_written_order()):
                 view.check_acyclic(_backward_heads(view, base, edited))
         else:
-            view.order()  # in graph order when sorted; Kahn (naming any cycle) when not
+            view.order()  # one sweep when sorted, else a depth-first sort (naming any cycle)
     except GraphError as e:
         raise VerificationError(str(e)) from None
     readers = list(edited) if incremental else list(view.names())
