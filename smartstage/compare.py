@@ -38,6 +38,10 @@ class Run:
     fetches: list[str]
     values: list[list[np.ndarray]] = field(default_factory=list)
     ended: bool = False
+    variables: dict[str, np.ndarray] = field(default_factory=dict)  # every global variable after the last step
+
+
+AFTER_LAST_STEP = -1  # Mismatch.step of a variable compared after the run
 
 
 @dataclass(frozen=True)
@@ -60,11 +64,14 @@ class Comparison:
 
     def describe(self) -> str:
         if self.identical:
+            variables = f", then {len(self.before.variables)} variable(s)" if self.before.variables else ""
             return (f"identical: {len(self.before.values)} step(s), {len(self.before.fetches)} fetch(es) each"
-                    + (" (the input ended)" if self.before.ended else ""))
+                    + variables + (" (the input ended)" if self.before.ended else ""))
         if len(self.before.values) != len(self.after.values):
             return (f"different step counts: {len(self.before.values)} before, {len(self.after.values)} after")
         m = self.mismatches[0]
+        if m.step == AFTER_LAST_STEP:
+            return f"after the last step: {m.fetch} differs: before {m.before!r}, after {m.after!r}"
         return f"step {m.step}: {m.fetch} differs: before {m.before!r}, after {m.after!r}"
 
 
@@ -153,6 +160,10 @@ def run_steps(graph, fetches: Sequence[str], steps: int, *, init_ops: Sequence[s
                 if progress:
                     progress(step + 1)
             threads.raise_if_error()
+            # What the steps trained: identical runs leave identical variables, even when the fetches
+            # (a train op alone) carry no value.
+            variables = {v.op.name: v for v in graph_obj.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
+            run.variables = dict(zip(variables, (np.asarray(x) for x in sess.run(list(variables.values())))))
         finally:
             threads.stop()
             coord.request_stop()
@@ -181,6 +192,10 @@ def compare_runs(before, after, fetches: Sequence[str], steps: int, *, after_fet
         for name, b, a in zip(fetches, vb, va):
             if not _same(b, a):
                 mismatches.append(Mismatch(step, name, b, a))
+    for name, b in run_before.variables.items():
+        a = run_after.variables.get(name)
+        if a is None or not _same(b, a):
+            mismatches.append(Mismatch(AFTER_LAST_STEP, f"variable {name}", b, a))
     return Comparison(run_before, run_after, tuple(mismatches))
 
 

@@ -160,6 +160,10 @@ def test_verify_rejects_a_broken_rewrite(demo_meta, capsys, monkeypatch):
     code, out, _ = run(capsys, "verify", demo_meta, "--steps", "2")
     assert code == 1
     assert out.startswith("verify: NOT identical: step 0: sigmoid_cross_entropy_loss/value:0 differs")
+    # Fetching only the train op (no value) still compares what it trained: every variable after the run.
+    code, out, _ = run(capsys, "verify", demo_meta, "--steps", "2", "--fetch", "train_op")
+    assert code == 1
+    assert out.startswith("verify: NOT identical: after the last step: variable ")
 
 
 def test_demo(tmp_path, capsys):
