@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -92,6 +94,20 @@ def build_pipeline(options: SmartStageOptions) -> Pipeline:
     return Pipeline(pipeline_passes(options), verify=options.verify)
 
 
+@contextlib.contextmanager
+def _without_cycle_collection():
+    """Python's cycle collector off for the duration: the pass allocates hundreds of thousands of small
+    containers, none in a cycle, and the collector's full passes over them cost about a sixth of the run
+    on a 100,000-node graph (reference counting still frees everything). Restored as it was after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def optimize(graph, config=None, *, targets=None, feeds=None, **overrides) -> OptimizeResult:
     """Expands every stage of `graph` to all ops that do not depend on trainable state.
 
@@ -104,6 +120,11 @@ def optimize(graph, config=None, *, targets=None, feeds=None, **overrides) -> Op
     before:  put(decode) ~~ take -> hash -> lookup(w)
     after:   put(hash)   ~~ take -> lookup(w)
     """
+    with _without_cycle_collection():
+        return _optimize(graph, config, targets, feeds, overrides)
+
+
+def _optimize(graph, config, targets, feeds, overrides) -> OptimizeResult:
     start = time.perf_counter()
     options = options_from_config(config, **overrides)
     loaded = load_graph(graph)

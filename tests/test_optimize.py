@@ -260,3 +260,20 @@ def test_boundary_shapes_come_from_output_shapes_and_are_verified():
     node(out, "hash").attr["_output_shapes"].list.shape[0].dim[0].size = 5
     with pytest.raises(VerificationError, match=r"put input hash:0 has shape \[5\], but the buffer declares \[2\]"):
         verify_graph(out, stages)
+
+
+def test_the_cycle_collector_is_restored_as_it_was():
+    import gc
+
+    assert gc.isenabled()
+    optimize(two_feature_graph(), ON)
+    assert gc.isenabled()
+    with pytest.raises(NoStageError):
+        optimize(G(reader("r", tf.int64)), ON)
+    assert gc.isenabled(), "restored after an error too"
+    gc.disable()
+    try:
+        optimize(two_feature_graph(), ON)
+        assert not gc.isenabled(), "a caller's choice to keep it off is kept"
+    finally:
+        gc.enable()
