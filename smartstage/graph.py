@@ -235,6 +235,7 @@ class GraphView:
         self._names = names
         self._position_of = position
         self._node_cache: dict[str, node_def_pb2.NodeDef] = {}
+        self._dtypes: dict[str, list[int] | None] = {}  # output_dtypes(), per node asked about
         self._inputs: dict[str, list[TensorName]] = {}
         self._raw: dict[str, tuple[str, ...]] = {} if raw is None else dict(zip(names, raw))
         if base is not None:  # the base's parsed inputs (and input strings), but for the changed nodes
@@ -242,11 +243,11 @@ class GraphView:
             self._inputs = _without(base._inputs, gone)
             if raw is None:
                 self._raw = _without(base._raw, gone)
+                self._dtypes = _without(base._dtypes, gone)
         self._fanouts: dict[str, list[Fanout]] | None = None
         self._order: list[str] | None = None
         self._ranks: dict[str, int] | None = None
         self._sorted: bool | None = None  # in_written_order()
-        self._dtypes: dict[str, list[int] | None] = {}  # output_dtypes(), per node asked about
         self._dangling: list[str] = []
 
     @staticmethod

@@ -103,9 +103,12 @@ def _verify_stage(view: GraphView, stage: StageBoundary, readers: list[str]) -> 
                 raise VerificationError(f"stage {stage.name!r}: put input {t} has shape {_shape(actual)}, but the "
                                         f"buffer declares {_shape(declared)}")
     if take_types is not None:
+        take, raw_inputs = stage.take, view.raw_inputs
         for name in readers:
+            if not any(s.startswith(take) for s in raw_inputs(name)):
+                continue  # parse only the inputs of nodes that may read the take
             for src, port in view.inputs(name):
-                if src == stage.take and port >= len(take_types):
+                if src == take and port >= len(take_types):
                     raise VerificationError(f"node {name!r} reads {stage.take}:{port}, but the take has only "
                                             f"{len(take_types)} outputs")
 
