@@ -29,15 +29,24 @@ class LoadedGraph:
     graph_def: graph_pb2.GraphDef
     meta_graph_def: meta_graph_pb2.MetaGraphDef | None = None
     source: str = "GraphDef"
+    borrowed: bool = False  # the caller's own message (load_graph(..., copy=False)): read it, never edit it
 
 
-def load_graph(graph) -> LoadedGraph:
-    """A private copy of the graph in any accepted form: GraphDef, MetaGraphDef, tf.Graph, or a file path."""
+def load_graph(graph, copy: bool = True) -> LoadedGraph:
+    """The graph in any accepted form: GraphDef, MetaGraphDef, tf.Graph, or a file path.
+
+    A GraphDef or MetaGraphDef is copied, unless `copy=False`: then the result borrows the caller's
+    message (`borrowed`), for a reader that never edits it (optimize() saves the copy of a large graph).
+    """
     if isinstance(graph, graph_pb2.GraphDef):
-        copy = graph_pb2.GraphDef()
-        copy.CopyFrom(graph)
-        return LoadedGraph(copy)
+        if not copy:
+            return LoadedGraph(graph, borrowed=True)
+        private = graph_pb2.GraphDef()
+        private.CopyFrom(graph)
+        return LoadedGraph(private)
     if isinstance(graph, meta_graph_pb2.MetaGraphDef):
+        if not copy:
+            return LoadedGraph(graph.graph_def, graph, "MetaGraphDef", borrowed=True)
         meta = meta_graph_pb2.MetaGraphDef()
         meta.CopyFrom(graph)
         return LoadedGraph(meta.graph_def, meta, "MetaGraphDef")

@@ -30,7 +30,7 @@ class OptimizeResult:
     """The rewritten graph (the input is never mutated), what each pass did, and each stage's partition."""
 
     graph_def: graph_pb2.GraphDef
-    original_graph_def: graph_pb2.GraphDef
+    original_graph_def: graph_pb2.GraphDef  # the input as given (the caller's own GraphDef when one was passed)
     options: SmartStageOptions
     reports: tuple[PassReport, ...] = ()
     partitions: tuple = ()  # StagePartition per stage
@@ -74,6 +74,15 @@ class OptimizeResult:
         from smartstage.diff import graph_diff
 
         return graph_diff(self.original_graph_def, self.graph_def, result=self)
+
+
+def _own(message, borrowed: bool):
+    """`message`, copied when it is the caller's own: a result never aliases the input."""
+    if message is None or not borrowed:
+        return message
+    copy = type(message)()
+    copy.CopyFrom(message)
+    return copy
 
 
 def _node_names(names: Iterable[str] | None, what: str) -> set[str]:
@@ -127,14 +136,18 @@ def optimize(graph, config=None, *, targets=None, feeds=None, **overrides) -> Op
 def _optimize(graph, config, targets, feeds, overrides) -> OptimizeResult:
     start = time.perf_counter()
     options = options_from_config(config, **overrides)
-    loaded = load_graph(graph)
-    original = loaded.graph_def  # a private copy: passes build new graphs and never edit their input
+    # The caller's GraphDef is read, not copied: passes build new graphs and never edit their input. What
+    # the result hands back is never the caller's own message, though (see _own).
+    loaded = load_graph(graph, copy=False)
+    original = loaded.graph_def
     target_names = _node_names(targets, "targets") | collection_targets(loaded.meta_graph_def)
     feed_names = _node_names(feeds, "feeds")
     if not options.enabled:
+        meta = _own(loaded.meta_graph_def, loaded.borrowed)
         return OptimizeResult(
-            graph_def=loaded.graph_def, original_graph_def=original, options=options,
-            meta_graph_def=loaded.meta_graph_def, targets=frozenset(target_names),
+            graph_def=meta.graph_def if meta is not None else _own(loaded.graph_def, loaded.borrowed),
+            original_graph_def=original, options=options,
+            meta_graph_def=meta, targets=frozenset(target_names),
             notes=("SmartStage is off: set do_smart_stage (ss.enable_smart_stage(config)) or "
                    "config.graph_options.optimizer_options.do_smart_stage = True on an ss.ConfigProto; "
                    "the graph is returned unchanged",),
@@ -155,6 +168,8 @@ def _optimize(graph, config, targets, feeds, overrides) -> OptimizeResult:
             meta.graph_def.CopyFrom(graph_def)
         graph_def = meta.graph_def
         store_stage_defs(meta, [s.stage_def for s in ctx.stages if s.stage_def is not None])
+    elif graph_def is loaded.graph_def:  # nothing changed
+        graph_def = _own(graph_def, loaded.borrowed)
     return OptimizeResult(
         graph_def=graph_def, original_graph_def=original, options=options, reports=tuple(reports),
         partitions=tuple(ctx.partitions), meta_graph_def=meta, targets=frozenset(target_names),

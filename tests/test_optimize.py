@@ -277,3 +277,22 @@ def test_the_cycle_collector_is_restored_as_it_was():
         assert not gc.isenabled(), "a caller's choice to keep it off is kept"
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("flags", [ON, None], ids=["flag", "no flag"])
+def test_the_result_never_aliases_the_input(flags):
+    """The input is read, not copied; what the result hands back is a graph of its own, changed or not."""
+    before = two_feature_graph()
+    done = optimize(two_feature_graph(), ON).graph_def  # optimized already: a second run changes nothing
+    for graph in (before, done):
+        result = optimize(graph, flags)
+        assert graph is before or not result.changed
+        assert result.graph_def is not graph
+        result.graph_def.node[0].name = "edited"
+        assert graph.node[0].name != "edited"
+    meta = tf.compat.v1.MetaGraphDef()
+    meta.graph_def.CopyFrom(two_feature_graph())
+    result = optimize(meta, flags)
+    assert result.meta_graph_def is not meta and result.graph_def is not meta.graph_def
+    result.graph_def.node[0].name = "edited"
+    assert meta.graph_def.node[0].name != "edited"
