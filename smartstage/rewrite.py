@@ -15,7 +15,7 @@ Every node keeps its name.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Collection
 
 from tensorflow.core.framework import attr_value_pb2, graph_pb2, tensor_shape_pb2
 
@@ -66,8 +66,10 @@ def rebuild_boundary(
     view: GraphView,
     partition: StagePartition,
     shape_of: ShapeLookup,
+    edited_before: Collection[str] = (),
 ) -> tuple[list[int], set[str]]:
-    """Applies `partition` to `graph_def` (a copy of view.graph_def, nodes in the same positions).
+    """Applies `partition` to `graph_def` (a copy of view.graph_def, nodes in the same positions), after
+    the rewrites of other stages that edited `edited_before`.
 
     Returns the boundary dtypes and the names of the nodes it edited. The view describes the graph
     before any edit.
@@ -87,12 +89,17 @@ def rebuild_boundary(
         edited.add(name)
         return graph_def.node[view.position(name)]
 
+    def inputs(name: str, n) -> list:
+        """(input string, TensorName) of `n`: the view's parse while the node is as the view saw it."""
+        if name in edited_before:  # another stage's rewrite edited it: parse what it has now
+            return [(s, parse_tensor_name(s)) for s in n.input]
+        return list(zip(n.input, view.inputs(name)))
+
     # 1. Moved nodes read what the put used to carry (only those that read the take change).
     for name in partition.take_readers:
         n = node(name)
         data, control = [], []
-        for s in n.input:
-            t = parse_tensor_name(s)
+        for s, t in inputs(name, n):
             if t.node != take:
                 (control if t.port == CONTROL_PORT else data).append(s)
             elif t.port == CONTROL_PORT:
@@ -107,8 +114,7 @@ def rebuild_boundary(
         n = node(name)
         data, control = [], []
         reads_take = False
-        for s in n.input:
-            t = parse_tensor_name(s)
+        for s, t in inputs(name, n):
             if t.port == CONTROL_PORT:
                 control.append("^" + take if t.node in moved else s)
             elif t.node == take:

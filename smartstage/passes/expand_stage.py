@@ -31,7 +31,7 @@ class ExpandStage:
         boundary_types = {}
         edited: set[str] = set()
         for p in todo:
-            dtypes, touched = rebuild_boundary(new, view, p, shape_of(p))
+            dtypes, touched = rebuild_boundary(new, view, p, shape_of(p), edited)
             edited |= touched
             boundary_types[p.stage.name] = dtypes
             summary.append(f"{p.stage.name}: moved {len(p.moved)} node(s) to the prefetch side; the buffer now "
