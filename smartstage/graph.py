@@ -314,6 +314,11 @@ class GraphView:
             if name not in raw:
                 raw[name] = tuple(node.input)
 
+    def raw_input_table(self) -> dict[str, tuple[str, ...]]:
+        """Every node's input strings by name (read_all() first), for sweeps that look up 10^6 of them."""
+        self.read_all()
+        return self._raw
+
     def raw_inputs(self, name: str) -> tuple[str, ...]:
         """The input strings of `name` as the NodeDef has them ("x", "x:1", "^x"); see input_source()."""
         raw = self._raw.get(name)
@@ -469,7 +474,8 @@ class GraphView:
             members = set(chosen)
         # A depth-first walk over the raw input strings (10^6 edges: no parsing), roots in graph order:
         # when the graph is nearly sorted, every input is placed already and the walk is one sweep.
-        raw_inputs, op_of = self.raw_inputs, self._op_of
+        raw_inputs = self._raw.__getitem__ if names is None else self.raw_inputs  # read_all() above
+        op_of = self._op_of
         placed: set[str] = set()
         order: list[str] = []
         for root in chosen:

@@ -97,9 +97,9 @@ def _sweep(view: GraphView, stages: list[StageBoundary], rules: PinRules, order:
             member[name] = st
             claimed.add(name)
     consumed: set[str] = set()
-    raw_inputs = view.raw_inputs
+    raw_of = view.raw_input_table()
     for name in order:
-        raw = raw_inputs(name)
+        raw = raw_of[name]
         owners = None
         for s in raw:
             st = member.get(s)  # a plain "x" names the node itself
@@ -200,9 +200,12 @@ def _finish(view: GraphView, st: _StageState, consumed: set[str]) -> StagePartit
     for name in moved:
         if name in st.reads_take:
             take_readers[name] = None
-    raw_inputs, crosses = view.raw_inputs, moved.keys() | {take}
+    raw_of, crosses = view.raw_input_table(), moved.keys() | {take}
     for name in pinned:
-        if not any(input_source(s) in crosses for s in raw_inputs(name)):
+        for s in raw_of[name]:
+            if s in crosses or input_source(s) in crosses:
+                break
+        else:
             continue  # most pinned nodes (the model, its gradients) read nothing of the stage
         for src, port in view.inputs(name):
             if src != take and src not in moved:
