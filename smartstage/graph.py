@@ -481,6 +481,21 @@ class GraphView:
         for root in chosen:
             if root in placed:
                 continue
+            for s in raw_inputs(root):  # the common case first: every input placed already
+                if s in placed:
+                    continue
+                if s[0] == "^":
+                    s = s[1:]
+                elif ":" in s:
+                    node, _, port = s.rpartition(":")
+                    if port.isdigit():
+                        s = node
+                if s not in placed and s in members:
+                    break
+            else:
+                placed.add(root)
+                order.append(root)
+                continue
             path, on_path = [root], {root}
             stack = [iter(raw_inputs(root))]
             while stack:
