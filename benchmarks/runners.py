@@ -1,8 +1,10 @@
-"""The configurations of the end-to-end benchmark: one graph each, one session per measurement.
+"""The configurations of the end-to-end benchmark: one graph each, one open session per grid point.
 
     runner = ConfigRunner(CONFIGS_BY_NAME["smart"], workload, files)     # builds the graph once
-    sample = runner.measure(Setting(threads=2, own_pool=True), warmup=5, steps=40)
+    run = runner.open(Setting(threads=2, own_pool=True))                # session, init, prefetch threads
+    sample = run.sample(warmup=5, steps=40)                             # one timed block; again per repeat
     sample.steps_per_sec, sample.cpu_ms_per_step
+    run.close()
 
 Every configuration trains the same model on the same CSV through a real input pipeline
 (TextLineDataset -> batch -> [storage latency] -> iterator -> decode_csv -> preprocessing):
@@ -276,14 +278,6 @@ class ConfigRunner:
 
     def open(self, setting: Setting) -> OpenRun:
         return OpenRun(self, setting)
-
-    def measure(self, setting: Setting, warmup: int, steps: int) -> Sample:
-        """One block of `steps` timed steps after `warmup`, in a session of its own."""
-        run = self.open(setting)
-        try:
-            return run.sample(warmup, steps)
-        finally:
-            run.close()
 
 
 @dataclass(frozen=True)

@@ -238,12 +238,12 @@ class GraphView:
         self._dtypes: dict[str, list[int] | None] = {}  # output_dtypes(), per node asked about
         self._inputs: dict[str, list[TensorName]] = {}
         self._raw: dict[str, tuple[str, ...]] = {} if raw is None else dict(zip(names, raw))
-        if base is not None:  # the base's parsed inputs (and input strings), but for the changed nodes
+        if base is not None:  # the base's parsed inputs, output types and input strings, but the changed nodes
             gone = set(changed or ()) | (base._position_of.keys() - position.keys())
             self._inputs = _without(base._inputs, gone)
+            self._dtypes = _without(base._dtypes, gone)
             if raw is None:
                 self._raw = _without(base._raw, gone)
-                self._dtypes = _without(base._dtypes, gone)
         self._fanouts: dict[str, list[Fanout]] | None = None
         self._order: list[str] | None = None
         self._ranks: dict[str, int] | None = None
@@ -475,7 +475,6 @@ class GraphView:
         # A depth-first walk over the raw input strings (10^6 edges: no parsing), roots in graph order:
         # when the graph is nearly sorted, every input is placed already and the walk is one sweep.
         raw_inputs = self._raw.__getitem__ if names is None else self.raw_inputs  # read_all() above
-        op_of = self._op_of
         placed: set[str] = set()
         order: list[str] = []
         for root in chosen:
@@ -510,8 +509,8 @@ class GraphView:
                             s = node
                     if s in placed or s not in members:
                         continue
-                    if op_of[s] in _NEXT_ITERATION_OPS and op_of[path[-1]] in _MERGE_OPS:
-                        continue  # a while loop's back edge
+                    if self._is_back_edge(s, path[-1]):
+                        continue
                     if s in on_path:
                         self.check_acyclic([s])
                         raise GraphError("the graph has a cycle")  # check_acyclic names it; a safety net
