@@ -11,8 +11,6 @@ quiet TensorFlow before importing it) does not import TensorFlow.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
 from smartstage.errors import (
     ConfigError,
@@ -26,21 +24,21 @@ from smartstage.errors import (
 )
 
 _LAZY = {
-    "smartstage.compare": ("Comparison", "compare_runs", "run_steps"),
-    "smartstage.config": ("AutoStageOptions", "ConfigProto", "SmartStageOptions", "enable_smart_stage",
+    "smartstage.inspection.replay": ("Comparison", "compare_runs", "run_steps"),
+    "smartstage.config.options": ("AutoStageOptions", "ConfigProto", "SmartStageOptions", "enable_smart_stage",
                           "options_from_config", "to_session_config"),
-    "smartstage.diff": ("GraphDiff", "graph_diff"),
-    "smartstage.explain": ("Explanation", "explain"),
-    "smartstage.io": ("load_graph", "write_graph"),
-    "smartstage.live_rewrite": ("LiveRewrite", "live_rewrite_of"),
-    "smartstage.monitored": ("MonitoredTrainingSession", "SmartMonitoredSession"),
-    "smartstage.optimize": ("OptimizeResult", "optimize"),
+    "smartstage.inspection.diff": ("GraphDiff", "graph_diff"),
+    "smartstage.inspection.explain": ("Explanation", "explain"),
+    "smartstage.graph.load": ("load_graph", "write_graph"),
+    "smartstage.session.live_rewrite": ("LiveRewrite", "live_rewrite_of"),
+    "smartstage.session.monitored": ("MonitoredTrainingSession", "SmartMonitoredSession"),
+    "smartstage.optimizer": ("OptimizeResult", "optimize"),
     "smartstage.protos": ("STAGES_COLLECTION", "TARGETS_COLLECTION"),
     "smartstage.runtime": ("PrefetchHook", "PrefetchThreads", "make_prefetch_hook", "mark_target_node",
                            "stage_defs", "stage_defs_from_meta_graph", "staged", "start_prefetch_threads",
                            "target_node_names"),
-    "smartstage.session": ("Session",),
-    "smartstage.sidebyside": ("RewriteCheck", "verify_rewrite"),
+    "smartstage.session.session": ("Session",),
+    "smartstage.inspection.verify_rewrite": ("RewriteCheck", "verify_rewrite"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
@@ -61,16 +59,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
-
-
-class _Package(types.ModuleType):
-    """Keeps `smartstage.optimize` and `smartstage.explain` the functions: importing a submodule of the
-    same name would otherwise replace the package attribute with the module."""
-
-    def __setattr__(self, name, value):
-        if isinstance(value, types.ModuleType) and name in _MODULE_OF:
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

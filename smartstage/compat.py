@@ -22,10 +22,10 @@ from typing import Any, Mapping
 
 import tensorflow as _tf
 
-from smartstage.config import ConfigProto, deeprec_smart_stage_options
+from smartstage.config.options import ConfigProto, deeprec_smart_stage_options
 from smartstage.runtime import make_prefetch_hook, mark_target_node, staged
-from smartstage.monitored import MonitoredTrainingSession
-from smartstage.session import Session
+from smartstage.session.monitored import MonitoredTrainingSession
+from smartstage.session.session import Session
 
 
 class _Namespace(types.ModuleType):

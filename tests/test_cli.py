@@ -13,8 +13,8 @@ from google.protobuf import text_format
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
-from smartstage.cli import main
-from smartstage.io import load_graph, write_graph
+from smartstage.cli.main import main
+from smartstage.graph.load import load_graph, write_graph
 from tests.builder import node
 from tests.inspect_graphs import demo_example, no_stage_graph, tiny_graph
 
@@ -148,7 +148,7 @@ def test_verify_identical(demo_meta, capsys):
 
 
 def test_verify_rejects_a_broken_rewrite(demo_meta, capsys, monkeypatch):
-    module = sys.modules["smartstage.optimize"]
+    module = sys.modules["smartstage.optimizer"]
     real = module.optimize
 
     def broken(*args, **kwargs):

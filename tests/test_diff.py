@@ -8,10 +8,10 @@ import pytest
 import tensorflow as tf
 
 import smartstage as ss
-from smartstage.diff import SCHEMA_VERSION, GraphDiff, graph_diff
+from smartstage.inspection.diff import SCHEMA_VERSION, GraphDiff, graph_diff
 from smartstage.errors import GraphError
-from smartstage.render.json import json_report, read_json_report
-from smartstage.render.text import text_report
+from smartstage.inspection.render.json_report import json_report, read_json_report
+from smartstage.inspection.render.text import text_report
 from tests.builder import G, N, node
 from tests.inspect_graphs import check_golden, deeprec_example, dlrm_example, dlrm_like_graph, tiny_graph
 

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import smartstage as ss
 from smartstage.errors import GraphError, NoStageError
-from smartstage.explain import explain
+from smartstage.inspection.explain import explain
 from tests.builder import G, N
 from tests.inspect_graphs import deeprec_example, no_stage_graph, tiny_graph
 

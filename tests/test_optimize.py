@@ -7,9 +7,9 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 import smartstage as ss
-from smartstage.config import ConfigProto, enable_smart_stage
+from smartstage.config.options import ConfigProto, enable_smart_stage
 from smartstage.errors import GraphError, NoStageError, TargetError
-from smartstage.optimize import optimize
+from smartstage.optimizer import optimize
 from tests.builder import G, N, node
 from tests.passes.stage_graphs import fifo_stage, reader, two_feature_graph, variable
 
@@ -152,7 +152,7 @@ def test_bad_files(tmp_path, content, message):
 
 
 def test_all_file_formats_round_trip(tmp_path):
-    from smartstage.io import write_graph
+    from smartstage.graph.load import write_graph
 
     g = two_feature_graph()
     expected = optimize(g, ON).graph_def
@@ -212,7 +212,7 @@ def test_pass_failure_names_the_pass_and_those_before(monkeypatch):
 def test_meta_graph_keeps_collections_and_updates_stage_defs():
     from tensorflow.core.protobuf import meta_graph_pb2
 
-    from smartstage.io import STAGES_COLLECTION
+    from smartstage.graph.load import STAGES_COLLECTION
     from smartstage.protos import StageDef
 
     meta = meta_graph_pb2.MetaGraphDef()
@@ -246,8 +246,8 @@ _ = graph_pb2
 def test_boundary_shapes_come_from_output_shapes_and_are_verified():
     from smartstage.errors import VerificationError
     from smartstage.passes.find_stages import find_stages
-    from smartstage.graph import GraphView
-    from smartstage.verify import verify_graph
+    from smartstage.graph.view import GraphView
+    from smartstage.passes.verify import verify_graph
 
     g = two_feature_graph()
     for n in g.node:

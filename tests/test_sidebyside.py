@@ -7,7 +7,7 @@ from tensorflow.core.protobuf import meta_graph_pb2
 
 import smartstage as ss
 from smartstage.errors import TargetError
-from smartstage.sidebyside import default_fetches, verify_rewrite
+from smartstage.inspection.verify_rewrite import default_fetches, verify_rewrite
 from tests.builder import node
 from tests.inspect_graphs import demo_example
 

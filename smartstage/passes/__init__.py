@@ -19,11 +19,11 @@ def pipeline_passes(options) -> list:
         passes.append(AutoStage())
     passes += [Partition(), ExpandStage()]
     if options.do_smart_stage_gpu:
-        from smartstage.passes.gpu_placement import GpuPlacement
+        from smartstage.passes.gpu.placement import GpuPlacement
 
         passes.append(GpuPlacement())
     if options.stage_multi_stream:
-        from smartstage.passes.multi_stream import MultiStream
+        from smartstage.passes.gpu.multi_stream import MultiStream
 
         passes.append(MultiStream())
     return passes

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from tensorflow.core.framework import graph_pb2
 
 from smartstage.errors import GraphError, NoStageError
-from smartstage.graph import CONTROL_PORT, GraphView, TensorName, input_string
+from smartstage.graph.view import CONTROL_PORT, GraphView, TensorName, input_string
 from smartstage.passes.find_stages import FIFO, StageBoundary
 from smartstage.passes.pins import CONTROL_FLOW_OPS, FEED_OPS
 from smartstage.passes.stage_nodes import StageNodes, StageSettings, stage_node_defs
-from smartstage.pipeline import PassContext, PassResult
+from smartstage.passes.manager import PassContext, PassResult
 
 logger = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from tensorflow.core.framework import graph_pb2
 
-from smartstage.graph import parse_tensor_name
-from smartstage.pipeline import PassContext, PassResult
-from smartstage.rewrite import describe_dtypes, rebuild_boundary
+from smartstage.graph.view import parse_tensor_name
+from smartstage.passes.manager import PassContext, PassResult
+from smartstage.passes.rewrite import describe_dtypes, rebuild_boundary
 
 
 class ExpandStage:

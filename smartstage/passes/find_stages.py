@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from smartstage.errors import GraphError
-from smartstage.graph import CONTROL_PORT, GraphView, TensorName
+from smartstage.graph.view import CONTROL_PORT, GraphView, TensorName
 from smartstage.protos import StageDef
 
 logger = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ class FindStages:
 
     def run(self, graph_def, ctx):
         from smartstage.errors import NoStageError
-        from smartstage.pipeline import PassResult
+        from smartstage.passes.manager import PassResult
 
         view = ctx.view_of(graph_def)
         stages, notes = find_stages(view, ctx.stage_defs)

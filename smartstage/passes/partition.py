@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from smartstage.graph import CONTROL_PORT, GraphView, input_source, is_stateful_op
+from smartstage.graph.view import CONTROL_PORT, GraphView, input_source, is_stateful_op
 from smartstage.passes.find_stages import StageBoundary
 from smartstage.passes.pins import RANDOM_OPS, Pin, PinRules
 
@@ -251,7 +251,7 @@ class Partition:
     name = "partition"
 
     def run(self, graph_def, ctx):
-        from smartstage.pipeline import PassResult
+        from smartstage.passes.manager import PassResult
 
         view = ctx.view_of(graph_def)
         _check_targets(view, ctx.targets | ctx.feeds)

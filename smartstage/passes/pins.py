@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tensorflow.core.framework import graph_pb2
 
-from smartstage.graph import GraphView, is_stateful_op, op_def
+from smartstage.graph.view import GraphView, is_stateful_op, op_def
 from smartstage.passes.find_stages import PUT_OPS, QUEUE_OPS, STAGING_OPS, TAKE_OPS, TENSOR_BUFFER_OPS
 
 FEED_OPS = {"Placeholder", "PlaceholderV2", "PlaceholderWithDefault"}

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from tensorflow.core.framework import attr_value_pb2, node_def_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from smartstage.graph import input_string, op_def, parse_tensor_name
+from smartstage.graph.view import input_string, op_def, parse_tensor_name
 from smartstage.protos import StageDef
 
 _UNKNOWN_SHAPE = tensor_shape_pb2.TensorShapeProto(unknown_rank=True)

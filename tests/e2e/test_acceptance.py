@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import smartstage as ss
 from smartstage import examples
-from smartstage.compare import compare_runs
+from smartstage.inspection.replay import compare_runs
 
 ON = ss.enable_smart_stage()
 

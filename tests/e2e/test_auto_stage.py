@@ -16,8 +16,8 @@ import tensorflow as tf
 
 import smartstage as ss
 from smartstage import examples
-from smartstage.compare import compare_runs
-from smartstage.graph import GraphView
+from smartstage.inspection.replay import compare_runs
+from smartstage.graph.view import GraphView
 from smartstage.runtime import run_initializer
 
 STEP_MILLIS = 20000

@@ -8,9 +8,9 @@ import pytest
 import tensorflow as tf
 
 import smartstage as ss
-from smartstage.compare import compare_runs
-from smartstage.config import enable_smart_stage
-from smartstage.optimize import optimize
+from smartstage.inspection.replay import compare_runs
+from smartstage.config.options import enable_smart_stage
+from smartstage.optimizer import optimize
 
 ON = enable_smart_stage()
 STEPS = 12

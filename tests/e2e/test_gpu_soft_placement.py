@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from smartstage.compare import compare_runs
-from smartstage.config import enable_smart_stage
-from smartstage.optimize import optimize
+from smartstage.inspection.replay import compare_runs
+from smartstage.config.options import enable_smart_stage
+from smartstage.optimizer import optimize
 from smartstage.runtime import make_prefetch_hook, staged, start_prefetch_threads
 
 SOFT = tf.compat.v1.ConfigProto(allow_soft_placement=True)

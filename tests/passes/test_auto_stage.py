@@ -12,8 +12,8 @@ from google.protobuf import text_format
 
 import smartstage as ss
 from smartstage.errors import NoStageError
-from smartstage.explain import explain
-from smartstage.graph import GraphView
+from smartstage.inspection.explain import explain
+from smartstage.graph.view import GraphView
 from smartstage.passes import auto_stage
 from smartstage.protos import StageDef
 from smartstage.runtime import staged
@@ -337,8 +337,8 @@ def test_stage_def_names_follow_import_scopes():
 
 
 def test_the_cli_takes_auto_stage_for_optimize_explain_and_verify(tmp_path, capsys):
-    from smartstage.cli import main
-    from smartstage.io import load_graph, stage_defs_of
+    from smartstage.cli.main import main
+    from smartstage.graph.load import load_graph, stage_defs_of
 
     src, out = tmp_path / "in.meta", tmp_path / "out.meta"
     src.write_bytes(one_shot_graph().SerializeToString())

@@ -8,16 +8,24 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 
-from smartstage.config import SmartStageOptions, enable_smart_stage
-from smartstage.graph import GraphView
-from smartstage.optimize import optimize
+from smartstage.config.options import SmartStageOptions, enable_smart_stage
+from smartstage.graph.view import GraphView
+from smartstage.optimizer import optimize
 from smartstage.passes.find_stages import find_stages
-from smartstage.passes.gpu_placement import COPY_SCOPE, GpuPlacement
-from smartstage.pipeline import PassContext
-from smartstage.placement.colocation import ColocationGroups
-from smartstage.placement.devices import CPU, GPU, device_type, merge_compatible, parse_device, same_device, task_spec
-from smartstage.placement.kernels import DEVICE, HOST, has_kernel
-from smartstage.placement.prefetch_sides import prefetch_sides
+from smartstage.passes.gpu.placement import COPY_SCOPE, GpuPlacement
+from smartstage.passes.manager import PassContext
+from smartstage.passes.gpu.colocation import ColocationGroups
+from smartstage.passes.gpu.devices import (
+    CPU,
+    GPU,
+    device_type,
+    merge_compatible,
+    parse_device,
+    same_device,
+    task_spec,
+)
+from smartstage.passes.gpu.kernels import DEVICE, HOST, has_kernel
+from smartstage.passes.gpu.prefetch_sides import prefetch_sides
 from tests.builder import G, N, node
 
 GPU0 = "/device:GPU:0"
@@ -220,7 +228,7 @@ def test_main_device_option_places_the_buffer_for_an_unplaced_model():
     from smartstage.passes.expand_stage import ExpandStage
     from smartstage.passes.find_stages import FindStages
     from smartstage.passes.partition import Partition
-    from smartstage.pipeline import Pipeline
+    from smartstage.passes.manager import Pipeline
 
     ctx = PassContext(options=SmartStageOptions(do_smart_stage=True, do_smart_stage_gpu=True), targets={"loss"})
     graph_def, _ = Pipeline([FindStages(), Partition(), ExpandStage(), GpuPlacement(main_device="/gpu:0")]).run(

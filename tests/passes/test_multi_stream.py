@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from smartstage.config import enable_smart_stage
-from smartstage.graph import GraphView
-from smartstage.optimize import optimize
+from smartstage.config.options import enable_smart_stage
+from smartstage.graph.view import GraphView
+from smartstage.optimizer import optimize
 from smartstage.passes.find_stages import find_stages
-from smartstage.passes.gpu_placement import COPY_SCOPE
-from smartstage.passes.multi_stream import STREAM_ATTR
-from smartstage.placement.prefetch_sides import prefetch_sides
+from smartstage.passes.gpu.placement import COPY_SCOPE
+from smartstage.passes.gpu.multi_stream import STREAM_ATTR
+from smartstage.passes.gpu.prefetch_sides import prefetch_sides
 from tests.builder import G, N, node
 from tests.passes.test_gpu_placement import GPU0, model_graph, stage_ops
 

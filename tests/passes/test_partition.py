@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 
-from smartstage.graph import GraphView
+from smartstage.graph.view import GraphView
 from smartstage.passes.find_stages import find_stages
 from smartstage.passes.partition import partition_stages
 from tests.builder import G, N

@@ -8,10 +8,10 @@ from tensorflow.core.framework import graph_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from smartstage.config import enable_smart_stage
-from smartstage.graph import CONTROL_PORT, GraphView, is_stateful_op
-from smartstage.optimize import optimize
-from smartstage.verify import verify_graph
+from smartstage.config.options import enable_smart_stage
+from smartstage.graph.view import CONTROL_PORT, GraphView, is_stateful_op
+from smartstage.optimizer import optimize
+from smartstage.passes.verify import verify_graph
 from tests.builder import G, N
 from tests.passes.stage_graphs import fifo_stage
 

@@ -8,9 +8,9 @@ import pytest
 import tensorflow as tf
 
 import smartstage as ss
-from smartstage.render.dot import GraphvizMissing, dot_source, dot_to_svg, graphviz_available
-from smartstage.render.drawing import build_drawing
-from smartstage.render.svg import svg_drawing
+from smartstage.inspection.render.dot import GraphvizMissing, dot_source, dot_to_svg, graphviz_available
+from smartstage.inspection.render.drawing import build_drawing
+from smartstage.inspection.render.svg import svg_drawing
 from tests.builder import G, N
 from tests.inspect_graphs import tiny_graph
 

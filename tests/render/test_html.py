@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import smartstage as ss
-from smartstage.render.drawing import build_drawing
-from smartstage.render.html import html_report
+from smartstage.inspection.render.drawing import build_drawing
+from smartstage.inspection.render.html import html_report
 from tests.inspect_graphs import dlrm_example, tiny_graph
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -58,7 +58,7 @@ def test_self_contained(dlrm):
 
 def test_report_without_graphs_still_lists(tmp_path):
     """A diff read back from JSON has no graph: the page has the lists, and no drawing."""
-    from smartstage.render.json import json_report, read_json_report
+    from smartstage.inspection.render.json_report import json_report, read_json_report
 
     diff = ss.optimize(tiny_graph(), ss.enable_smart_stage()).diff()
     page = html_report(read_json_report(json_report(diff)))

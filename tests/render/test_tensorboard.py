@@ -14,7 +14,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 import smartstage as ss
-from smartstage.render.tensorboard import write_tensorboard
+from smartstage.inspection.render.tensorboard import write_tensorboard
 from tests.inspect_graphs import deeprec_example, tiny_graph
 
 

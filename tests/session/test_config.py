@@ -7,9 +7,9 @@ import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
 import smartstage as ss
-from smartstage.config import OPTIMIZER_NAME
-from smartstage.monitored import MonitoredTrainingSession
-from smartstage.session import Session
+from smartstage.config.options import OPTIMIZER_NAME
+from smartstage.session.monitored import MonitoredTrainingSession
+from smartstage.session.session import Session
 from tests.session.graphs import bounded, init_ops, small_model
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 import smartstage as ss
-from smartstage.monitored import MonitoredTrainingSession
+from smartstage.session.monitored import MonitoredTrainingSession
 from tests.session.graphs import flag
 
 STEPS = 8

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 import smartstage as ss
-from smartstage.live_rewrite import NEW_SCOPE, live_rewrite_of
-from smartstage.session import Session
+from smartstage.session.live_rewrite import NEW_SCOPE, live_rewrite_of
+from smartstage.session.session import Session
 from tests.session.graphs import bounded, flag, init_ops, small_model
 
 
@@ -177,7 +177,7 @@ def test_a_queue_runner_stage_runs_the_new_put():
 
 def test_an_export_of_the_rewritten_graph_has_one_stage_and_runs_the_same():
     """What a checkpoint's .meta holds: the new stage only (the old put is retired), and the same values."""
-    from smartstage.compare import run_steps
+    from smartstage.inspection.replay import run_steps
 
     exports = {}
     for on in (False, True):

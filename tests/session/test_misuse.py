@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 import smartstage as ss
-from smartstage.monitored import MonitoredTrainingSession
-from smartstage.session import Session
+from smartstage.session.monitored import MonitoredTrainingSession
+from smartstage.session.session import Session
 from tests.session.graphs import bounded, dataset_features, flag, init_ops, small_model
 
 

@@ -1,0 +1,389 @@
+"""GraphDiff: what changed between two graphs, as data. Renderers (smartstage.render) draw it.
+
+    before:  reader -> put ~~ take -> hash -> lookup(w)
+    after:   reader -> hash -> put ~~ take -> lookup(w)
+    graph_diff(before, after).moved == (MovedNode(name="hash", op="StringToHashBucketFast", stage="q",
+                                                  to="prefetch", ...),)
+
+Works for ANY two graphs: the stages of each are found with find_stages and every node gets a side
+(smartstage.sides); a node moved when it is on a stage's prefetch side in one graph and on the main
+side (or another stage's prefetch side) in the other. With the OptimizeResult that produced `after`,
+the diff also lists every pinned node with its reason and the chain from the pinning cause.
+
+Order is deterministic: nodes in the order of the after graph (removed ones: of the before graph),
+attributes by key, stages by where their take sits.
+
+The JSON form (`to_dict()`, `from_dict()`), schema "smartstage.graph_diff", version SCHEMA_VERSION, is
+documented field by field in docs/graph-diff-json.md. New optional keys may appear within a version;
+renaming or removing a key, or changing its meaning, bumps the version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from tensorflow.core.framework import graph_pb2
+
+from smartstage.errors import GraphError
+from smartstage.graph.view import CONTROL_PORT, GraphView, input_string
+from smartstage.graph.load import load_graph, stage_defs_of
+from smartstage.inspection.chains import input_path
+from smartstage.inspection.attr_text import attr_text
+from smartstage.inspection.sides import FREE, MAIN, PREFETCH_PREFIX, GraphSides, graph_sides, stage_of_side
+
+SCHEMA = "smartstage.graph_diff"
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    """A node that was added or removed."""
+
+    name: str
+    op: str
+    device: str = ""
+
+
+@dataclass(frozen=True)
+class MovedNode:
+    """A node that crossed a stage: `to` is "prefetch" (onto `stage`'s prefetch side) or "main" (off it)."""
+
+    name: str
+    op: str
+    stage: str
+    to: str
+    side_before: str
+    side_after: str
+
+
+@dataclass(frozen=True)
+class PinnedNode:
+    """A node the optimizer kept on `stage`'s main side, and why.
+
+    via: the input it inherited the pin through (None: the node is the cause itself). When `via` is not
+    itself pinned in this stage (it sits upstream of the take), `via_path` is the input path from `via`
+    back to the cause. `GraphDiff.chain(name, stage)` joins these into the whole chain.
+    """
+
+    name: str
+    op: str
+    stage: str
+    kind: str
+    cause: str
+    reason: str
+    via: str | None = None
+    via_path: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rewire:
+    """A node whose inputs changed: data inputs in order, then control inputs ("^x") sorted."""
+
+    name: str
+    op: str
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ValueChange:
+    """A node whose device (or op type) changed."""
+
+    name: str
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
+class AttrChange:
+    """One attribute of one node: before/after are short readable values; None when absent."""
+
+    name: str
+    attr: str
+    before: str | None
+    after: str | None
+
+
+@dataclass(frozen=True)
+class StageDiff:
+    """One stage, matched across the two graphs by name (then by its put or take)."""
+
+    name: str
+    kind: str
+    put: str
+    take: str
+    buffer: str = ""
+    in_before: bool = True
+    in_after: bool = True
+    boundary_before: tuple[str, ...] = ()
+    boundary_after: tuple[str, ...] = ()
+    prefetch_nodes_before: int = 0
+    prefetch_nodes_after: int = 0
+    control_reroutes: tuple[tuple[str, str], ...] = ()
+    skipped: str = ""  # the optimizer's reason for leaving the stage as it was ("" when unknown or applied)
+
+
+@dataclass(frozen=True)
+class GraphDiff:
+    """Everything that differs between `before` and `after`, with stage sides. See the module docstring."""
+
+    before_nodes: int
+    after_nodes: int
+    stages: tuple[StageDiff, ...] = ()
+    moved: tuple[MovedNode, ...] = ()
+    pinned: tuple[PinnedNode, ...] = ()
+    added: tuple[NodeRef, ...] = ()
+    removed: tuple[NodeRef, ...] = ()
+    rewired: tuple[Rewire, ...] = ()
+    op_changes: tuple[ValueChange, ...] = ()
+    device_changes: tuple[ValueChange, ...] = ()
+    attr_changes: tuple[AttrChange, ...] = ()
+    notes: tuple[str, ...] = ()
+    has_pins: bool = False  # whether pins are known (an OptimizeResult was given)
+    schema_version: int = SCHEMA_VERSION
+    # Kept for drawing, never serialised: the side of every node of the after graph, and the graphs.
+    sides_after: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    before_graph: graph_pb2.GraphDef | None = field(default=None, compare=False, repr=False)
+    after_graph: graph_pb2.GraphDef | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.moved or self.added or self.removed or self.rewired or self.op_changes
+                    or self.device_changes or self.attr_changes)
+
+    def moved_in(self, stage: str, to: str = "prefetch") -> tuple[MovedNode, ...]:
+        return tuple(m for m in self.moved if m.stage == stage and m.to == to)
+
+    def pinned_in(self, stage: str) -> tuple[PinnedNode, ...]:
+        return tuple(p for p in self.pinned if p.stage == stage)
+
+    def chain(self, name: str, stage: str) -> tuple[str, ...]:
+        """`name`, the input it inherited its pin through, ..., the cause: `name <- via <- ... <- cause`."""
+        index = self._pin_index().get(stage, {})
+        pin = index.get(name)
+        if pin is None:
+            return ()
+        chain = [name]
+        while pin.via is not None and pin.via not in chain:
+            if pin.via in index:
+                chain.append(pin.via)
+                pin = index[pin.via]
+                continue
+            chain.extend(pin.via_path or (pin.via, pin.cause))
+            break
+        if chain[-1] != pin.cause:
+            chain.append(pin.cause)
+        return tuple(dict.fromkeys(chain))
+
+    def _pin_index(self) -> dict[str, dict[str, PinnedNode]]:
+        cached = self.__dict__.get("_pins_by_stage")
+        if cached is None:
+            cached = {}
+            for p in self.pinned:
+                cached.setdefault(p.stage, {})[p.name] = p
+            object.__setattr__(self, "_pins_by_stage", cached)
+        return cached
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "moved": len(self.moved), "pinned": len(self.pinned), "added": len(self.added),
+            "removed": len(self.removed), "rewired": len(self.rewired), "op_changes": len(self.op_changes),
+            "device_changes": len(self.device_changes), "attr_changes": len(self.attr_changes),
+        }
+
+    # -- JSON ------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The stable JSON form (docs/graph-diff-json.md); `json.dumps(d, indent=2)` writes it."""
+        return {
+            "schema": SCHEMA,
+            "schema_version": self.schema_version,
+            "before": {"nodes": self.before_nodes},
+            "after": {"nodes": self.after_nodes},
+            "counts": self.counts(),
+            "has_pins": self.has_pins,
+            "stages": [_plain(s) for s in self.stages],
+            "moved": [_plain(m) for m in self.moved],
+            "pinned": [_plain(p) for p in self.pinned],
+            "added": [_plain(n) for n in self.added],
+            "removed": [_plain(n) for n in self.removed],
+            "rewired": [_plain(r) for r in self.rewired],
+            "op_changes": [_plain(c) for c in self.op_changes],
+            "device_changes": [_plain(c) for c in self.device_changes],
+            "attr_changes": [_plain(c) for c in self.attr_changes],
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "GraphDiff":
+        """Reads the JSON form back (without the graphs: enough for text, JSON and the lists of the HTML)."""
+        if d.get("schema") != SCHEMA:
+            raise GraphError(f"not a GraphDiff JSON document (schema {d.get('schema')!r}, expected {SCHEMA!r})")
+        if d.get("schema_version") != SCHEMA_VERSION:
+            raise GraphError(f"GraphDiff JSON schema_version {d.get('schema_version')!r} is not supported "
+                             f"(this SmartStage reads version {SCHEMA_VERSION})")
+
+        def build(kind, items, tuples=()):
+            out = []
+            for item in items:
+                values = dict(item)
+                for key in tuples:
+                    if values.get(key) is not None:
+                        values[key] = tuple(tuple(v) if isinstance(v, list) else v for v in values[key])
+                out.append(kind(**values))
+            return tuple(out)
+
+        return cls(
+            before_nodes=d["before"]["nodes"], after_nodes=d["after"]["nodes"],
+            stages=build(StageDiff, d["stages"], ("boundary_before", "boundary_after", "control_reroutes")),
+            moved=build(MovedNode, d["moved"]), pinned=build(PinnedNode, d["pinned"], ("via_path",)),
+            added=build(NodeRef, d["added"]), removed=build(NodeRef, d["removed"]),
+            rewired=build(Rewire, d["rewired"], ("before", "after")),
+            op_changes=build(ValueChange, d["op_changes"]), device_changes=build(ValueChange, d["device_changes"]),
+            attr_changes=build(AttrChange, d["attr_changes"]), notes=tuple(d.get("notes", ())),
+            has_pins=bool(d.get("has_pins", False)),
+        )
+
+
+def _plain(obj) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, tuple):
+            value = [list(v) if isinstance(v, tuple) else v for v in value]
+        out[f.name] = value
+    return out
+
+
+# -- computing a diff ------------------------------------------------------------------------------
+def graph_diff(before, after, result=None) -> GraphDiff:
+    """The GraphDiff of two graphs (GraphDef, MetaGraphDef, tf.Graph or file path each).
+
+    result: the OptimizeResult that turned `before` into `after`; adds pins with reasons and chains.
+
+        before:  put(reader) ~~ take -> hash -> lookup(w)
+        after:   put(hash) ~~ take -> lookup(w)       -> moved: hash to prefetch; rewired: put, hash, lookup
+    """
+    old, new = load_graph(before), load_graph(after)
+    old_view, new_view = GraphView(old.graph_def), GraphView(new.graph_def)
+    old_defs = stage_defs_of(old.meta_graph_def)
+    new_defs = stage_defs_of(new.meta_graph_def)
+    if not new_defs and result is not None and result.meta_graph_def is None:
+        # A GraphDef carries no StageDefs: use the ones the optimizer found, where they still name nodes.
+        new_defs = [p.stage.stage_def for p in result.partitions
+                    if p.stage.stage_def is not None and p.stage.put in new_view and p.stage.take in new_view]
+    if not old_defs and result is not None:
+        old_defs = [p.stage.stage_def for p in result.partitions
+                    if p.stage.stage_def is not None and p.stage.put in old_view and p.stage.take in old_view]
+    old_sides, new_sides = graph_sides(old_view, old_defs), graph_sides(new_view, new_defs)
+
+    added, rewired, op_changes, device_changes, attr_changes = [], [], [], [], []
+    for node in new.graph_def.node:
+        if node.name not in old_view:
+            added.append(NodeRef(node.name, node.op, node.device))
+            continue
+        prior = old_view.node(node.name)
+        if prior == node:
+            continue
+        if prior.op != node.op:
+            op_changes.append(ValueChange(node.name, prior.op, node.op))
+        inputs_before, inputs_after = _inputs(old_view, node.name), _inputs(new_view, node.name)
+        if inputs_before != inputs_after:
+            rewired.append(Rewire(node.name, node.op, inputs_before, inputs_after))
+        if prior.device != node.device:
+            device_changes.append(ValueChange(node.name, prior.device, node.device))
+        for key in sorted(set(prior.attr) | set(node.attr)):
+            a = prior.attr[key] if key in prior.attr else None
+            b = node.attr[key] if key in node.attr else None
+            if a != b:
+                attr_changes.append(AttrChange(node.name, key, attr_text(a), attr_text(b)))
+    removed = [NodeRef(n.name, n.op, n.device) for n in old.graph_def.node if n.name not in new_view]
+
+    moved = _moved(new_view, old_sides, new_sides)
+    stages = _stage_diffs(old_view, new_view, old_sides, new_sides, result)
+    pinned = _pinned(old_view, result) if result is not None else []
+    notes = tuple(dict.fromkeys(old_sides.notes + new_sides.notes))
+    return GraphDiff(
+        before_nodes=len(old_view), after_nodes=len(new_view), stages=tuple(stages), moved=tuple(moved),
+        pinned=tuple(pinned), added=tuple(added), removed=tuple(removed), rewired=tuple(rewired),
+        op_changes=tuple(op_changes), device_changes=tuple(device_changes), attr_changes=tuple(attr_changes),
+        notes=notes, has_pins=result is not None, sides_after=dict(new_sides.side),
+        before_graph=old.graph_def, after_graph=new.graph_def,
+    )
+
+
+def _inputs(view: GraphView, name: str) -> tuple[str, ...]:
+    data = [input_string(t.node, t.port) for t in view.inputs(name) if t.port != CONTROL_PORT]
+    control = sorted({"^" + t.node for t in view.inputs(name) if t.port == CONTROL_PORT})
+    return tuple(data + control)
+
+
+def _moved(new_view: GraphView, old: GraphSides, new: GraphSides) -> list[MovedNode]:
+    moved = []
+    for name in new_view.names():
+        if name not in old.side:
+            continue
+        a, b = old.side[name], new.side[name]
+        if a == b or a == FREE or b == FREE or not _is_side(a) or not _is_side(b):
+            continue
+        op = new_view.op(name)
+        if a.startswith(PREFETCH_PREFIX):  # left a prefetch side (to main, or to another stage's)
+            moved.append(MovedNode(name, op, stage_of_side(a), "main", a, b))
+        if b.startswith(PREFETCH_PREFIX):
+            moved.append(MovedNode(name, op, stage_of_side(b), "prefetch", a, b))
+    return moved
+
+
+def _is_side(side: str) -> bool:
+    return side == MAIN or side.startswith(PREFETCH_PREFIX)
+
+
+def _stage_diffs(old_view, new_view, old: GraphSides, new: GraphSides, result) -> list[StageDiff]:
+    partitions = {p.stage.name: p for p in result.partitions} if result is not None else {}
+    pairs: list[tuple[Any, Any]] = []
+    unmatched_old = list(old.stages)
+    for stage in new.stages:
+        match = next((s for s in unmatched_old if s.name == stage.name), None) or next(
+            (s for s in unmatched_old if s.put == stage.put or s.take == stage.take), None)
+        if match is not None:
+            unmatched_old.remove(match)
+        pairs.append((match, stage))
+    pairs.extend((s, None) for s in unmatched_old)
+
+    diffs = []
+    for a, b in pairs:
+        ref = b or a
+        p = partitions.get(ref.name) or (partitions.get(a.name) if a is not None else None)
+        diffs.append(StageDiff(
+            name=ref.name, kind=ref.kind, put=ref.put, take=ref.take, buffer=ref.buffer,
+            in_before=a is not None, in_after=b is not None,
+            boundary_before=_boundary(old_view, a), boundary_after=_boundary(new_view, b),
+            prefetch_nodes_before=len(old.prefetch_nodes(a.name)) if a is not None else 0,
+            prefetch_nodes_after=len(new.prefetch_nodes(b.name)) if b is not None else 0,
+            control_reroutes=tuple(p.control_reroutes) if p is not None else (),
+            skipped=p.skipped if p is not None else "",
+        ))
+    return diffs
+
+
+def _boundary(view: GraphView, stage) -> tuple[str, ...]:
+    if stage is None:
+        return ()
+    return tuple(dict.fromkeys(str(t) for t in stage.put_data_inputs(view)))
+
+
+def _pinned(view: GraphView, result) -> list[PinnedNode]:
+    out = []
+    for p in result.partitions:
+        for name, pin in p.pinned.items():
+            via_path: tuple[str, ...] = ()
+            if pin.via is not None and pin.via not in p.pinned and pin.via != pin.cause:
+                via_path = tuple(input_path(view, pin.via, pin.cause) or (pin.via, pin.cause))
+            out.append(PinnedNode(name=name, op=view.op(name) if name in view else "", stage=p.stage.name,
+                                  kind=pin.kind, cause=pin.cause, reason=pin.detail, via=pin.via,
+                                  via_path=via_path))
+    position = {n: i for i, n in enumerate(view.names())}
+    stage_rank = {p.stage.name: i for i, p in enumerate(result.partitions)}
+    out.sort(key=lambda pn: (stage_rank[pn.stage], position.get(pn.name, len(position)), pn.name))
+    return out
