@@ -25,8 +25,9 @@ from smartstage.errors import (
 
 _LAZY = {
     "smartstage.inspection.replay": ("Comparison", "compare_runs", "run_steps"),
-    "smartstage.config.options": ("AutoStageOptions", "ConfigProto", "SmartStageOptions", "enable_smart_stage",
-                          "options_from_config", "to_session_config"),
+    "smartstage.config.deeprec": ("ConfigProto",),
+    "smartstage.config.options": ("AutoStageOptions", "SmartStageOptions", "enable_smart_stage", "options_from_config",
+                                  "to_session_config"),
     "smartstage.inspection.diff": ("GraphDiff", "graph_diff"),
     "smartstage.inspection.explain": ("Explanation", "explain"),
     "smartstage.graph.load": ("load_graph", "write_graph"),

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import tensorflow as _tf
 
-from smartstage.config.options import ConfigProto, deeprec_smart_stage_options
+from smartstage.config.deeprec import ConfigProto, deeprec_smart_stage_options
 from smartstage.runtime import make_prefetch_hook, mark_target_node, staged
 from smartstage.session.monitored import MonitoredTrainingSession
 from smartstage.session.session import Session

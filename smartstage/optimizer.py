@@ -20,7 +20,7 @@ from tensorflow.core.protobuf import meta_graph_pb2
 
 from smartstage.config.options import SmartStageOptions, options_from_config
 from smartstage.errors import GraphError
-from smartstage.graph.view import parse_tensor_name
+from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.load import collection_targets, load_graph, stage_defs_of, store_stage_defs
 from smartstage.passes.manager import PassContext, PassReport, Pipeline
 

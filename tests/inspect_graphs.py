@@ -126,7 +126,7 @@ def dlrm_example(workdir):
 
 
 def demo_example(workdir):
-    from smartstage.cli.main import demo_graph
+    from smartstage.cli.demo import demo_graph
 
     return demo_graph(workdir)
 

@@ -7,7 +7,8 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 import smartstage as ss
-from smartstage.config.options import ConfigProto, enable_smart_stage
+from smartstage.config.deeprec import ConfigProto
+from smartstage.config.options import enable_smart_stage
 from smartstage.errors import GraphError, NoStageError, TargetError
 from smartstage.optimizer import optimize
 from tests.builder import G, N, node
@@ -245,7 +246,7 @@ _ = graph_pb2
 
 def test_boundary_shapes_come_from_output_shapes_and_are_verified():
     from smartstage.errors import VerificationError
-    from smartstage.passes.find_stages import find_stages
+    from smartstage.graph.stages import find_stages
     from smartstage.graph.view import GraphView
     from smartstage.passes.verify import verify_graph
 

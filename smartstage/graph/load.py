@@ -16,7 +16,7 @@ from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
 from smartstage.errors import GraphError
-from smartstage.graph.view import parse_tensor_name
+from smartstage.graph.names import parse_tensor_name
 from smartstage.protos import STAGES_COLLECTION, TARGETS_COLLECTION, StageDef
 
 # Collections whose members the training step fetches: they stay on the main side.

@@ -1,191 +1,26 @@
 """GraphView: a thin, read-only index over a GraphDef.
 
-This module is the one place that parses tensor names ("node", "node:port", "^control").
+Tensor names are parsed by smartstage.graph.names, the one place that does ("node", "node:port", "^control").
 
     view = GraphView(graph_def)
     view.data_inputs("loss")      # [TensorName(node='lookup', port=0), ...]
     view.fanouts("take")          # [Fanout(consumer='hash', index=0, port=1), ...]
 
-The view never edits the GraphDef; passes build a new one (see smartstage.rewrite).
+The view never edits the GraphDef; passes build a new one (see smartstage.passes.rewrite).
 """
 
 from __future__ import annotations
 
-import functools
-from typing import Container, Iterable, Iterator, NamedTuple, Sequence
+from typing import Container, Iterable, Iterator, Sequence
 
-from tensorflow.core.framework import graph_pb2, node_def_pb2, op_def_pb2, types_pb2
+from tensorflow.core.framework import graph_pb2, node_def_pb2
 
 from smartstage.errors import GraphError
+from smartstage.graph.names import CONTROL_PORT, Fanout, TensorName, _new, _parse, input_source, parse_tensor_name
+from smartstage.graph.op_types import output_dtypes
 
-CONTROL_PORT = -1
 _NEXT_ITERATION_OPS = ("NextIteration", "RefNextIteration")
 _MERGE_OPS = ("Merge", "RefMerge")
-
-
-class TensorName(NamedTuple):
-    """A parsed input string: `node:port`, or `^node` (port == CONTROL_PORT)."""
-
-    node: str
-    port: int
-
-    @property
-    def is_control(self) -> bool:
-        return self.port == CONTROL_PORT
-
-    def __str__(self) -> str:
-        return tensor_name(self.node, self.port)
-
-
-def parse_tensor_name(name: str) -> TensorName:
-    """Parses "node", "node:3" or "^node" into a TensorName.
-
-    >>> parse_tensor_name("emb/lookup:1")
-    TensorName(node='emb/lookup', port=1)
-    >>> parse_tensor_name("^init").is_control
-    True
-    """
-    if not name:
-        raise GraphError("an empty tensor name; expected 'node', 'node:port' or '^node'")
-    return _parse(name)
-
-
-def tensor_name(node: str, port: int) -> str:
-    """The canonical name of an output: "node:port", or "^node" for a control edge."""
-    return "^" + node if port == CONTROL_PORT else f"{node}:{port}"
-
-
-def input_string(node: str, port: int) -> str:
-    """How a NodeDef input refers to an output: port 0 is written bare, as TensorFlow does."""
-    if port == CONTROL_PORT:
-        return "^" + node
-    return node if port == 0 else f"{node}:{port}"
-
-
-class Fanout(NamedTuple):
-    """One use of a node: `consumer`'s input number `index` reads output `port` (CONTROL_PORT: a control edge)."""
-
-    consumer: str
-    index: int
-    port: int
-
-
-@functools.lru_cache(maxsize=None)
-def op_def(op_type: str) -> op_def_pb2.OpDef | None:
-    """The registered OpDef of an op type, or None for op types this TensorFlow does not know."""
-    from tensorflow.python.framework import op_def_registry
-
-    return op_def_registry.get(op_type)
-
-
-# Attributes that unknown op types (DeepRec's TensorBuffer*, custom kernels) commonly use for their output types.
-_FALLBACK_TYPE_LIST_ATTRS = ("dtypes", "component_types", "Toutput_types", "output_types", "Tout")
-_FALLBACK_TYPE_ATTRS = ("dtype", "T", "out_type", "DstT")
-
-
-class _OutputArg(NamedTuple):
-    """One output argument of an OpDef, read once per op type (NodeDef attributes are read per node)."""
-
-    type_list_attr: str
-    dtype: int  # a fixed type, else 0
-    type_attr: str
-    default_type: int  # the type attribute's default, else 0
-    number_attr: str
-    default_number: int  # the number attribute's default, else -1
-    is_ref: bool
-
-
-@functools.lru_cache(maxsize=None)
-def _output_args(op_type: str) -> tuple[_OutputArg, ...] | None:
-    od = op_def(op_type)
-    if od is None:
-        return None
-    defaults = {a.name: a.default_value for a in od.attr if a.HasField("default_value")}
-    return tuple(_OutputArg(
-        arg.type_list_attr, arg.type, arg.type_attr,
-        defaults[arg.type_attr].type if arg.type_attr in defaults else 0,
-        arg.number_attr, defaults[arg.number_attr].i if arg.number_attr in defaults else -1,
-        arg.is_ref) for arg in od.output_arg)
-
-
-def output_dtypes(node: node_def_pb2.NodeDef) -> list[int] | None:
-    """The DataType of every output of `node`, or None when it cannot be known.
-
-    Known op types use their OpDef; unknown ones fall back to common type attributes.
-    Ref outputs (legacy variables) have the `_REF` type.
-    """
-    args = _output_args(node.op)
-    attr = node.attr
-    if args is None:
-        for key in _FALLBACK_TYPE_LIST_ATTRS:
-            if key in attr and attr[key].HasField("list"):
-                return list(attr[key].list.type)
-        for key in _FALLBACK_TYPE_ATTRS:
-            if key in attr and attr[key].type:
-                return [attr[key].type]
-        return None
-    result: list[int] = []
-    for arg in args:
-        if arg.type_list_attr:
-            if arg.type_list_attr not in attr:
-                return None
-            types = list(attr[arg.type_list_attr].list.type)
-        else:
-            if arg.dtype:
-                dtype = arg.dtype
-            elif arg.type_attr in attr:
-                dtype = attr[arg.type_attr].type
-            elif arg.default_type:
-                dtype = arg.default_type
-            else:
-                return None
-            count = 1
-            if arg.number_attr:
-                if arg.number_attr in attr:
-                    count = attr[arg.number_attr].i
-                elif arg.default_number >= 0:
-                    count = arg.default_number
-                else:
-                    return None
-            types = [dtype] * count
-        if arg.is_ref:
-            types = [t + 100 if t < 100 else t for t in types]
-        result.extend(types)
-    return result
-
-
-def is_stateful_op(op_type: str) -> bool | None:
-    """Whether TensorFlow registers `op_type` as stateful; None for unknown op types."""
-    od = op_def(op_type)
-    return None if od is None else od.is_stateful
-
-
-_DTYPE_NAMES = {value: name[3:].lower() for name, value in types_pb2.DataType.items()}
-
-
-def dtype_name(dtype: int) -> str:
-    """"int64" for DT_INT64 (and "int64_ref" for its ref type); the number itself when unknown."""
-    return _DTYPE_NAMES.get(dtype) or str(dtype)
-
-
-_new = tuple.__new__  # builds NamedTuples without their Python-level constructor: graphs have 10^6 edges
-
-
-def _parse(s: str) -> TensorName:
-    if s[0] == "^":
-        return _new(TensorName, (s[1:], CONTROL_PORT))
-    if ":" in s:
-        node, _, port = s.rpartition(":")
-        if port.isdigit():
-            return _new(TensorName, (node, int(port)))
-    return _new(TensorName, (s, 0))
-
-
-def input_source(s: str) -> str:
-    """The node an input string reads from: "x:1" -> "x", "^x" -> "x", "x" -> "x"."""
-    if s[0] == "^":
-        return s[1:]
-    return s.rpartition(":")[0] if ":" in s and s.rpartition(":")[2].isdigit() else s
 
 
 def _without(mapping: dict, keys: set) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tensorflow.core.framework import attr_value_pb2
 
-from smartstage.graph.view import dtype_name
+from smartstage.graph.op_types import dtype_name
 
 MAX_VALUE_CHARS = 120
 

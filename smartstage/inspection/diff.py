@@ -27,7 +27,8 @@ from typing import Any, Mapping
 from tensorflow.core.framework import graph_pb2
 
 from smartstage.errors import GraphError
-from smartstage.graph.view import CONTROL_PORT, GraphView, input_string
+from smartstage.graph.names import CONTROL_PORT, input_string
+from smartstage.graph.view import GraphView
 from smartstage.graph.load import load_graph, stage_defs_of
 from smartstage.inspection.chains import input_path
 from smartstage.inspection.attr_text import attr_text

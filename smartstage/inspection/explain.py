@@ -21,7 +21,8 @@ from typing import Any
 
 from smartstage.inspection.chains import input_path, pin_chain
 from smartstage.errors import GraphError
-from smartstage.graph.view import GraphView, parse_tensor_name
+from smartstage.graph.view import GraphView
+from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.load import load_graph, stage_defs_of
 from smartstage.passes.pins import PinRules
 from smartstage.inspection.sides import FREE, MAIN, PREFETCH_PREFIX, STAGE_PREFIX, graph_sides, stage_of_side

@@ -23,7 +23,7 @@ import tensorflow as tf
 from smartstage.errors import TargetError
 from smartstage.graph.view import GraphView
 from smartstage.graph.load import load_graph, stage_defs_of
-from smartstage.passes.find_stages import PROTO_OF_KIND, find_stages
+from smartstage.graph.stages import PROTO_OF_KIND, find_stages
 from smartstage.protos import StageDef
 
 logger = logging.getLogger(__name__)

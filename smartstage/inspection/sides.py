@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from smartstage.graph.view import GraphView
-from smartstage.passes.find_stages import StageBoundary, find_stages
+from smartstage.graph.stages import StageBoundary, find_stages
 from smartstage.passes.pins import PinRules
 from smartstage.protos import StageDef
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from smartstage.errors import TargetError
-from smartstage.graph.view import parse_tensor_name
+from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.load import TARGET_COLLECTIONS, load_graph
 
 

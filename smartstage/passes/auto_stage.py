@@ -28,22 +28,19 @@ from dataclasses import dataclass, field
 
 from tensorflow.core.framework import graph_pb2
 
+from smartstage.config.error_codes import error_codes
 from smartstage.errors import GraphError, NoStageError
-from smartstage.graph.view import CONTROL_PORT, GraphView, TensorName, input_string
-from smartstage.passes.find_stages import FIFO, StageBoundary
-from smartstage.passes.pins import CONTROL_FLOW_OPS, FEED_OPS
+from smartstage.graph.names import CONTROL_PORT, TensorName, input_string
+from smartstage.graph.view import GraphView
+from smartstage.graph.stages import FIFO, StageBoundary
+from smartstage.graph.op_types import CONTROL_FLOW_OPS, FEED_OPS
 from smartstage.passes.stage_nodes import StageNodes, StageSettings, stage_node_defs
 from smartstage.passes.manager import PassContext, PassResult
+from smartstage.graph.op_types import INITIALIZER_OPS, ITERATOR_READS, QUEUE_READS, RUNNER_ENQUEUE_OPS, SOURCE_OPS
+from smartstage.graph.stages import missing_hook_message
 
 logger = logging.getLogger(__name__)
 
-ITERATOR_READS = {"IteratorGetNext", "IteratorGetNextSync"}
-QUEUE_READS = {"QueueDequeueManyV2", "QueueDequeueUpToV2", "QueueDequeueMany", "QueueDequeueUpTo"}
-READER_READS = {"ReaderReadV2", "ReaderReadUpToV2", "ReaderRead", "ReaderReadUpTo"}
-SOURCE_OPS = ITERATOR_READS | QUEUE_READS | READER_READS
-INITIALIZER_OPS = {"MakeIterator"}
-# Ops a QueueRunner runs to fill an input queue: a source that only feeds them is read by the runner, not the step.
-RUNNER_ENQUEUE_OPS = {"QueueEnqueueV2", "QueueEnqueue", "QueueEnqueueManyV2", "QueueEnqueueMany"}
 
 # Why a source keeps its place (SourceVerdict.kind).
 COVERED = "covered"
@@ -214,8 +211,6 @@ def _only_feeds_queues(view: GraphView, roots: tuple[str, ...]) -> str:
 
 def settings_of(options) -> StageSettings:
     """The StageSettings of an AutoStageOptions."""
-    from smartstage.runtime.metadata import error_codes
-
     return StageSettings(
         capacity=options.capacity, num_threads=options.num_threads, num_clients=options.num_clients,
         timeout_millis=options.timeout_millis,
@@ -265,8 +260,6 @@ def _shape(view: GraphView, tensor: TensorName):
 
 
 def _build(view: GraphView, source: InputSource, name: str, settings: StageSettings) -> StageNodes:
-    from smartstage.runtime.stage import _missing_hook_message
-
     carried = _carried(view, source)
     dtypes = []
     for tensor in carried:
@@ -278,7 +271,7 @@ def _build(view: GraphView, source: InputSource, name: str, settings: StageSetti
     return stage_node_defs(
         name, [str(t) for t in carried], dtypes, [_shape(view, t) for t in carried],
         view.node(source.nodes[0]).device, settings, sources=list(source.nodes),
-        reset_triggers=list(source.initializers), ready_message=_missing_hook_message(name))
+        reset_triggers=list(source.initializers), ready_message=missing_hook_message(name))
 
 
 def insert_stages(graph_def: graph_pb2.GraphDef, view: GraphView, chosen: list[tuple[InputSource, StageNodes]]

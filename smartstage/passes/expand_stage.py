@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tensorflow.core.framework import graph_pb2
 
-from smartstage.graph.view import parse_tensor_name
+from smartstage.graph.names import parse_tensor_name
 from smartstage.passes.manager import PassContext, PassResult
 from smartstage.passes.rewrite import describe_dtypes, rebuild_boundary
 

@@ -19,9 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from smartstage.graph.view import CONTROL_PORT, GraphView, input_source, is_stateful_op
-from smartstage.passes.find_stages import StageBoundary
-from smartstage.passes.pins import RANDOM_OPS, Pin, PinRules
+from smartstage.graph.names import CONTROL_PORT, input_source
+from smartstage.graph.view import GraphView
+from smartstage.graph.op_types import is_stateful_op
+from smartstage.graph.stages import StageBoundary
+from smartstage.graph.op_types import RANDOM_OPS
+from smartstage.passes.pins import Pin, PinRules
 
 
 @dataclass(frozen=True)

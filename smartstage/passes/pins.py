@@ -19,42 +19,10 @@ from dataclasses import dataclass
 
 from tensorflow.core.framework import graph_pb2
 
-from smartstage.graph.view import GraphView, is_stateful_op, op_def
-from smartstage.passes.find_stages import PUT_OPS, QUEUE_OPS, STAGING_OPS, TAKE_OPS, TENSOR_BUFFER_OPS
+from smartstage.graph.view import GraphView
+from smartstage.graph.op_types import is_stateful_op, op_def
+from smartstage.graph.op_types import CONTROL_FLOW_OPS, FEED_OPS, FUNCTIONAL_OPS, INPUT_OPS, MOVABLE_STATEFUL_OPS, MUTABLE_STATE_OPS, READ_ONLY_TABLE_OPS, STAGE_OPS, TABLE_READ_OPS, VARIABLE_OPS, VARIABLE_READ_OPS
 
-FEED_OPS = {"Placeholder", "PlaceholderV2", "PlaceholderWithDefault"}
-VARIABLE_OPS = {"VariableV2", "Variable", "VarHandleOp", "_VarHandlesOp", "TemporaryVariable"}
-# Ops that read a resource variable through its handle (input 0): pinned, naming the variable.
-VARIABLE_READ_OPS = {"ReadVariableOp", "ResourceGather", "ResourceGatherNd", "VarIsInitializedOp",
-                     "DestroyResourceOp"}
-MUTABLE_STATE_OPS = {
-    "MutableHashTableV2", "MutableHashTable", "MutableHashTableOfTensorsV2", "MutableHashTableOfTensors",
-    "MutableDenseHashTableV2", "MutableDenseHashTable", "LookupTableInsertV2", "LookupTableInsert",
-    "LookupTableRemoveV2", "AnonymousMutableHashTable", "AnonymousMutableDenseHashTable",
-}
-# Static tables can only be initialised, never written: their handles are read-only state.
-READ_ONLY_TABLE_OPS = {"HashTableV2", "HashTable"}
-TABLE_READ_OPS = {"LookupTableFindV2", "LookupTableFind", "LookupTableSizeV2", "LookupTableSize"}
-CONTROL_FLOW_OPS = {
-    "Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit", "NextIteration",
-    "RefNextIteration", "LoopCond", "ControlTrigger", "_SwitchN",
-}
-FUNCTIONAL_OPS = {
-    "If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase", "PartitionedCall",
-    "StatefulPartitionedCall",
-}
-INPUT_OPS = {
-    "IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional", "OptionalGetValue",
-    "MultiDeviceIteratorGetNextFromShard", "QueueDequeueManyV2", "QueueDequeueUpToV2", "QueueDequeueMany",
-    "QueueDequeueUpTo", "ReaderReadV2", "ReaderRead", "ReaderReadUpToV2", "ReaderReadUpTo",
-}
-STAGE_OPS = PUT_OPS | TAKE_OPS | QUEUE_OPS | STAGING_OPS | TENSOR_BUFFER_OPS
-# Stateful ops that may run on the prefetch side: each runs there once per batch and nowhere else.
-RANDOM_OPS = {
-    "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal", "RandomShuffle",
-    "Multinomial", "RandomGamma", "RandomPoisson", "RandomPoissonV2", "ParameterizedTruncatedNormal",
-}
-MOVABLE_STATEFUL_OPS = RANDOM_OPS | TABLE_READ_OPS | READ_ONLY_TABLE_OPS | {"Assert"}
 
 # Attributes that name the functions a functional op calls.
 _FUNCTION_ATTRS = ("then_branch", "else_branch", "cond", "body", "f", "branches")

@@ -20,8 +20,10 @@ from typing import Callable, Collection
 from tensorflow.core.framework import attr_value_pb2, graph_pb2, tensor_shape_pb2
 
 from smartstage.errors import GraphError
-from smartstage.graph.view import CONTROL_PORT, GraphView, dtype_name, input_string, parse_tensor_name
-from smartstage.passes.find_stages import FIFO
+from smartstage.graph.names import CONTROL_PORT, input_string, parse_tensor_name
+from smartstage.graph.view import GraphView
+from smartstage.graph.op_types import dtype_name
+from smartstage.graph.stages import FIFO
 from smartstage.passes.partition import StagePartition
 
 ShapeLookup = Callable[[str], "tensor_shape_pb2.TensorShapeProto | None"]

@@ -28,8 +28,10 @@ from dataclasses import dataclass
 
 from tensorflow.core.framework import attr_value_pb2, node_def_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from smartstage.graph.view import input_string, op_def, parse_tensor_name
+from smartstage.graph.names import input_string, parse_tensor_name
+from smartstage.graph.op_types import op_def
 from smartstage.protos import StageDef
+from smartstage.graph.stages import stale_message
 
 _UNKNOWN_SHAPE = tensor_shape_pb2.TensorShapeProto(unknown_rank=True)
 
@@ -115,17 +117,6 @@ def _int_queue(name: str, device: str, capacity: int, shared_name: str) -> node_
     return _node(name, "FIFOQueueV2", (), device, component_types=_types([types_pb2.DT_INT32]),
                  shapes=_shapes([tensor_shape_pb2.TensorShapeProto()]), capacity=capacity, container="",
                  shared_name=shared_name)
-
-
-def stale_message(stage: str, triggers: list[str]) -> str:
-    return (
-        f"SmartStage stage '{stage}' may hold batches read before its iterator was (re-)initialised by "
-        f"{', '.join(repr(t) for t in triggers)}, or the iterator was never initialised: the initializer ran "
-        "where SmartStage could not see it, so the stage was not emptied. Run iterator initializers through "
-        "smartstage.Session, through a MonitoredTrainingSession with smartstage.make_prefetch_hook(), or with "
-        "smartstage.runtime.run_initializer(sess, threads, initializer) on a plain Session: the stage is then "
-        "emptied and refilled from the new iterator."
-    )
 
 
 def stage_node_defs(

@@ -12,8 +12,10 @@ from __future__ import annotations
 from tensorflow.core.framework import graph_pb2
 
 from smartstage.errors import GraphError, VerificationError
-from smartstage.graph.view import GraphView, dtype_name, input_source
-from smartstage.passes.find_stages import FIFO, StageBoundary
+from smartstage.graph.view import GraphView
+from smartstage.graph.op_types import dtype_name
+from smartstage.graph.names import input_source
+from smartstage.graph.stages import FIFO, StageBoundary
 
 
 def verify_graph(graph_def: graph_pb2.GraphDef, stages: list[StageBoundary] = (), *,

@@ -11,16 +11,13 @@ kept) and how to read them back, honouring `export_scope` / `import_scope` like 
 
 from __future__ import annotations
 
-from typing import Iterable
-
 import tensorflow as tf
 from google.protobuf import message as protobuf_message
 from tensorflow.core.protobuf import meta_graph_pb2
-from tensorflow.python.framework import errors_impl
 from tensorflow.python.framework import ops
 
 from smartstage.errors import ConfigError
-from smartstage.protos import STAGES_COLLECTION, TARGETS_COLLECTION
+from smartstage.protos import STAGES_COLLECTION, TARGETS_COLLECTION  # noqa: F401 (the runtime's name for it)
 from smartstage.protos.stage_pb2 import StageDef
 
 # The StageDef fields that hold node or tensor names; export/import scopes apply to all of them.
@@ -147,34 +144,3 @@ def stage_defs_from_meta_graph(meta_graph_def: meta_graph_pb2.MetaGraphDef) -> l
             f"the MetaGraphDef collection {STAGES_COLLECTION!r} does not hold serialized StageDefs "
             f"({error}); it was written by something other than smartstage"
         ) from error
-
-
-_CLASS_TO_CODE = {cls: code for code, cls in errors_impl._CODE_TO_EXCEPTION_CLASS.items()}  # noqa: SLF001
-
-
-def error_codes(exception_types: Iterable | type | int | None, what: str) -> list[int]:
-    """TensorFlow error codes for exception classes (tf.errors.OutOfRangeError) or codes (11).
-
-        before:  (tf.errors.OutOfRangeError, tf.errors.DATA_LOSS)
-        after:   [11, 15]
-    """
-    if exception_types is None:
-        return []
-    if isinstance(exception_types, (type, int)):
-        exception_types = (exception_types,)
-    codes = []
-    for item in exception_types:
-        if isinstance(item, bool):
-            code = None
-        elif isinstance(item, int):
-            code = item if item in errors_impl._CODE_TO_EXCEPTION_CLASS else None  # noqa: SLF001
-        else:
-            code = _CLASS_TO_CODE.get(item)
-        if code is None:
-            raise ConfigError(
-                f"{what}: {item!r} is neither a tf.errors exception class (like tf.errors.OutOfRangeError) "
-                "nor a tf.errors code (like tf.errors.OUT_OF_RANGE); pass one of those"
-            )
-        if code not in codes:
-            codes.append(code)
-    return codes

@@ -33,22 +33,13 @@ from tensorflow.python.ops import gen_data_flow_ops, gen_logging_ops
 
 from smartstage.errors import ConfigError
 from smartstage.protos.stage_pb2 import FeedDef, StageDef
-from smartstage.runtime.metadata import add_stage_def, error_codes
+from smartstage.config.error_codes import error_codes
+from smartstage.graph.stages import missing_hook_message
+from smartstage.runtime.metadata import add_stage_def
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_STAGE_NAME = "stage"
-
-
-def _missing_hook_message(stage: str) -> str:
-    return (
-        f"SmartStage stage '{stage}' has no prefetch threads, so this step would wait forever for "
-        f"its next batch. Add smartstage.make_prefetch_hook() to the hooks of your "
-        f"MonitoredTrainingSession, or call smartstage.start_prefetch_threads(sess) after creating "
-        f"a plain Session, before running a step that reads from '{stage}'. If you did, the graph "
-        f"lost its stage descriptions (collection 'smartstage_stages'): load it with "
-        f"tf.compat.v1.train.import_meta_graph, not import_graph_def."
-    )
 
 
 def _flatten_features(features: Any) -> tuple[list[tf.Tensor | None], Any]:
@@ -222,7 +213,7 @@ def staged(
         ready_size = gen_data_flow_ops.queue_size_v2(ready_buffer, name="ready_size")
         ready = tf.greater(ready_size, 0, name="ready")
         ready_check = gen_logging_ops._assert(  # noqa: SLF001  (the stock Assert op, named exactly)
-            ready, [tf.constant(_missing_hook_message(stage_name), name="ready_message")],
+            ready, [tf.constant(missing_hook_message(stage_name), name="ready_message")],
             name="ready_check",
         )
         with tf.control_dependencies([ready_check]):

@@ -20,7 +20,7 @@ import logging
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
-from smartstage.graph.view import CONTROL_PORT, parse_tensor_name
+from smartstage.graph.names import CONTROL_PORT, parse_tensor_name
 from smartstage.runtime.metadata import add_stage_def
 
 logger = logging.getLogger(__name__)

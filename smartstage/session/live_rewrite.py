@@ -37,7 +37,7 @@ import tensorflow as tf
 from tensorflow.python.ops import gen_data_flow_ops
 
 from smartstage.errors import GraphError, TargetError
-from smartstage.passes.find_stages import FIFO
+from smartstage.graph.stages import FIFO
 from smartstage.runtime.metadata import STAGES_COLLECTION, StageRecord, stage_defs
 
 logger = logging.getLogger(__name__)

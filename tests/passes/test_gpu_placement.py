@@ -11,7 +11,7 @@ import tensorflow as tf
 from smartstage.config.options import SmartStageOptions, enable_smart_stage
 from smartstage.graph.view import GraphView
 from smartstage.optimizer import optimize
-from smartstage.passes.find_stages import find_stages
+from smartstage.graph.stages import find_stages
 from smartstage.passes.gpu.placement import COPY_SCOPE, GpuPlacement
 from smartstage.passes.manager import PassContext
 from smartstage.passes.gpu.colocation import ColocationGroups

@@ -7,7 +7,7 @@ import tensorflow as tf
 from smartstage.config.options import enable_smart_stage
 from smartstage.graph.view import GraphView
 from smartstage.optimizer import optimize
-from smartstage.passes.find_stages import find_stages
+from smartstage.graph.stages import find_stages
 from smartstage.passes.gpu.placement import COPY_SCOPE
 from smartstage.passes.gpu.multi_stream import STREAM_ATTR
 from smartstage.passes.gpu.prefetch_sides import prefetch_sides

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from smartstage.graph.view import GraphView
-from smartstage.passes.find_stages import find_stages
+from smartstage.graph.stages import find_stages
 from smartstage.passes.partition import partition_stages
 from tests.builder import G, N
 from tests.passes.stage_graphs import fifo_stage, gather, reader, two_feature_graph, variable

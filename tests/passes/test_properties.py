@@ -9,7 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from smartstage.config.options import enable_smart_stage
-from smartstage.graph.view import CONTROL_PORT, GraphView, is_stateful_op
+from smartstage.graph.names import CONTROL_PORT
+from smartstage.graph.view import GraphView
+from smartstage.graph.op_types import is_stateful_op
 from smartstage.optimizer import optimize
 from smartstage.passes.verify import verify_graph
 from tests.builder import G, N

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 from smartstage.inspection.diff import GraphDiff
 from smartstage.errors import GraphError
-from smartstage.graph.view import CONTROL_PORT, GraphView
+from smartstage.graph.names import CONTROL_PORT
+from smartstage.graph.view import GraphView
 from smartstage.inspection.sides import FREE, MAIN, PREFETCH_PREFIX, STAGE_PREFIX, partial_topological_order
 
 DEFAULT_MAX_BOXES = 80

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from tensorflow.core.framework import attr_value_pb2, types_pb2
 
-from smartstage.graph.view import CONTROL_PORT, GraphView, dtype_name
-from smartstage.passes.find_stages import FIFO, STAGING_OPS, StageBoundary
+from smartstage.graph.names import CONTROL_PORT
+from smartstage.graph.view import GraphView
+from smartstage.graph.op_types import dtype_name
+from smartstage.graph.stages import FIFO, StageBoundary
+from smartstage.graph.op_types import STAGING_OPS
 from smartstage.passes.gpu.edits import PlacementEdits
 from smartstage.passes.gpu.report import BoundaryCopy
 from smartstage.passes.gpu.colocation import ColocationGroups

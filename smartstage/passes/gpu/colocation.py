@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from tensorflow.core.framework import node_def_pb2, types_pb2
 
-from smartstage.graph.view import GraphView, op_def
+from smartstage.graph.view import GraphView
+from smartstage.graph.op_types import FUNCTIONAL_OPS, op_def
 from smartstage.passes.gpu.kernels import attr_or_default
 
 # Ops whose resource inputs the placer does not colocate with the resource (functions run anywhere).
-_COLOCATION_EXEMPT_OPS = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase",
-                                    "PartitionedCall", "StatefulPartitionedCall"})
+# Functional control flow and calls are exempt from colocation: the placer places their bodies.
+_COLOCATION_EXEMPT_OPS = frozenset(FUNCTIONAL_OPS)
 _COLOCATION_ATTR = "_class"
 _COLOCATION_PREFIX = b"loc:@"
 

@@ -17,7 +17,7 @@ from typing import Mapping
 
 from tensorflow.core.framework import attr_value_pb2, kernel_def_pb2, node_def_pb2, types_pb2
 
-from smartstage.graph.view import op_def
+from smartstage.graph.op_types import op_def
 from smartstage.passes.gpu.devices import CPU, GPU
 
 DEFAULT = "DEFAULT"

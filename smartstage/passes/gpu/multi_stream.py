@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 from tensorflow.core.framework import attr_value_pb2, graph_pb2
 
-from smartstage.passes.find_stages import StageBoundary
+from smartstage.graph.stages import StageBoundary
 from smartstage.passes.manager import PassContext, PassResult
 from smartstage.passes.gpu.prefetch_sides import prefetch_sides
 

@@ -43,8 +43,10 @@ import logging
 
 from tensorflow.core.framework import graph_pb2, node_def_pb2, types_pb2
 
-from smartstage.graph.view import GraphView, input_string, is_stateful_op, op_def, parse_tensor_name
-from smartstage.passes.find_stages import StageBoundary
+from smartstage.graph.view import GraphView
+from smartstage.graph.names import input_string, parse_tensor_name
+from smartstage.graph.op_types import is_stateful_op, op_def
+from smartstage.graph.stages import StageBoundary
 from smartstage.passes.gpu.buffer import (
     buffer_problem,
     component_memory,
@@ -54,7 +56,7 @@ from smartstage.passes.gpu.buffer import (
 )
 from smartstage.passes.gpu.edits import PlacementEdits
 from smartstage.passes.gpu.report import BoundaryCopy, DeviceChange, KeptNode, StagePlacement
-from smartstage.passes.pins import FEED_OPS, FUNCTIONAL_OPS
+from smartstage.graph.op_types import FEED_OPS, FUNCTIONAL_OPS
 from smartstage.passes.manager import PassContext, PassResult
 from smartstage.passes.gpu.colocation import ColocationGroups
 from smartstage.passes.gpu.devices import (

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from smartstage.graph.view import GraphView
-from smartstage.passes.find_stages import StageBoundary
+from smartstage.graph.stages import StageBoundary
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,111 @@
+"""The commands `optimize`, `diff`, `explain` and `verify`: parsed arguments in, an exit code out.
+
+    _optimize(args)   # smartstage optimize model.meta -o fast.meta --html report.html
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from smartstage.cli.common import EXIT_DIFFERENT, EXIT_OK, _Fail, _config, _load, _print_summary, _progress, _report_json, _source, _status, _write_text
+
+
+# -- commands ----------------------------------------------------------------------------------------
+def _optimize(args) -> int:
+    from smartstage.graph.load import write_graph
+    from smartstage.optimizer import optimize
+
+    src, out = Path(args.input), Path(args.output)
+    if out.suffix != src.suffix:
+        raise _Fail(f"OUT {args.output!r} must have the format of IN ({src.suffix or 'no extension'}): the rewritten "
+                    f"graph is written in the input's format; name it e.g. {out.with_suffix(src.suffix).name!r}")
+    if out.resolve() == src.resolve():
+        raise _Fail(f"OUT {args.output!r} is IN: write the rewritten graph to another file")
+    loaded = _load(args.input)
+    with _status("optimizing"):
+        result = optimize(_source(loaded), _config(args, gpu=args.gpu), targets=args.target, feeds=args.feed)
+    # Everything is computed before anything is written: a failure leaves no output behind.
+    outputs: list[tuple[str, str]] = []
+    if args.report or args.html:
+        with _status("comparing before and after"):
+            diff = result.diff()
+        if args.report:
+            outputs.append((args.report, _report_json(diff, result)))
+        if args.html:
+            from smartstage.inspection.render.html import html_report
+
+            outputs.append((args.html, html_report(diff, result, title=f"SmartStage report: {src.name}",
+                                                   layout=args.layout, max_boxes=args.max_boxes)))
+    write_graph(result.meta_graph_def if result.meta_graph_def is not None else result.graph_def, out)
+    for path, text in outputs:
+        _write_text(path, text)
+    if args.tensorboard:
+        from smartstage.inspection.render.tensorboard import write_tensorboard
+
+        meta_before = loaded.meta_graph_def
+        write_tensorboard(meta_before if meta_before is not None else result.original_graph_def,
+                          result.meta_graph_def if result.meta_graph_def is not None else result.graph_def,
+                          args.tensorboard)
+    _print_summary(result, out=", ".join([str(out)] + [p for p, _ in outputs]
+                                         + ([args.tensorboard] if args.tensorboard else [])))
+    return EXIT_OK
+
+
+def _diff(args) -> int:
+    from smartstage.inspection.diff import graph_diff
+    from smartstage.inspection.render.json_report import json_report
+    from smartstage.inspection.render.text import text_report
+
+    before, after = _load(args.before, "BEFORE"), _load(args.after, "AFTER")
+    with _status("comparing"):
+        diff = graph_diff(_source(before), _source(after))
+    outputs = []
+    if args.html:
+        from smartstage.inspection.render.html import html_report
+
+        outputs.append((args.html, html_report(diff, title=f"SmartStage diff: {Path(args.before).name} -> "
+                                               f"{Path(args.after).name}", layout=args.layout,
+                                               max_boxes=args.max_boxes)))
+    if args.dot:
+        from smartstage.inspection.render.dot import dot_source
+
+        outputs.append((args.dot, dot_source(diff, args.max_boxes)))
+    if args.svg:
+        from smartstage.inspection.render.svg import svg_drawing
+
+        outputs.append((args.svg, svg_drawing(diff, args.max_boxes, layout=args.layout)))
+    for path, text in outputs:
+        _write_text(path, text)
+    sys.stdout.write(json_report(diff) if args.json else text_report(diff, limit=None if args.all else 40))
+    return EXIT_OK
+
+
+def _explain(args) -> int:
+    import json
+
+    from smartstage.inspection.explain import explain
+
+    loaded = _load(args.graph)
+    with _status("optimizing"):
+        explanation = explain(_source(loaded), args.node, targets=args.target, feeds=args.feed,
+                              config=_config(args))
+    if args.json:
+        sys.stdout.write(json.dumps(explanation.to_dict(), indent=2) + "\n")
+    else:
+        sys.stdout.write(explanation.text() + "\n")
+    return EXIT_OK
+
+
+def _verify(args) -> int:
+    from smartstage.inspection.verify_rewrite import verify_rewrite
+
+    loaded = _load(args.graph)
+    with _progress(args.steps) as progress:
+        check = verify_rewrite(_source(loaded), args.steps, fetches=args.fetch or None, targets=args.target,
+                               feeds=args.feed, progress=progress, grappler=args.grappler, config=_config(args))
+    fetched = ", ".join(check.fetches)
+    if check.identical:
+        print(f"verify: {check.describe()}; fetched {fetched}")
+        return EXIT_OK
+    print(f"verify: NOT identical: {check.describe()}; fetched {fetched}")
+    return EXIT_DIFFERENT

@@ -1,0 +1,140 @@
+"""DeepRec's spelling of the SmartStage flags: `ss.ConfigProto`, TensorFlow's own ConfigProto schema copied
+under the package `smartstage.deeprec` with DeepRec's fields added to OptimizerOptions.
+
+    config = ss.ConfigProto()
+    config.graph_options.optimizer_options.do_smart_stage = True      # read by config.options
+
+Field numbers: do_smart_stage = 5001, do_smart_stage_gpu = 5002, stage_multi_stream = 5003,
+smart_stage_options = 5004 (DeepRec's own numbers clash with stock fields). Every stock field keeps its
+number, so a stock ConfigProto is one serialisation away.
+"""
+
+from __future__ import annotations
+
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from tensorflow.core.protobuf import config_pb2
+
+from smartstage.config.error_codes import OUT_OF_RANGE, error_codes
+from smartstage.errors import ConfigError
+
+
+_DEEPREC_PACKAGE = "smartstage.deeprec"
+
+
+_ADDED_FIELDS = {"do_smart_stage": 5001, "do_smart_stage_gpu": 5002, "stage_multi_stream": 5003}
+
+
+_SMART_STAGE_OPTIONS_FIELD = 5004
+
+
+def _build_deeprec_config_class():
+    fdp = descriptor_pb2.FileDescriptorProto()
+    config_pb2.DESCRIPTOR.CopyToProto(fdp)
+    local = {"." + config_pb2.DESCRIPTOR.package + "." + m.name for m in fdp.message_type}
+
+    def rename(type_name: str) -> str:
+        for prefix in sorted(local, key=len, reverse=True):
+            if type_name == prefix or type_name.startswith(prefix + "."):
+                return "." + _DEEPREC_PACKAGE + type_name[len(".tensorflow"):]
+        return type_name
+
+    def visit(message):
+        for f in message.field:
+            if f.type_name:
+                f.type_name = rename(f.type_name)
+        for nested in message.nested_type:
+            visit(nested)
+
+    fdp.name = "smartstage/deeprec_config.proto"
+    fdp.package = _DEEPREC_PACKAGE
+    fdp.options.Clear()
+    for message in fdp.message_type:
+        visit(message)
+        if message.name == "OptimizerOptions":
+            for fname, number in _ADDED_FIELDS.items():
+                message.field.add(name=fname, number=number, type=descriptor_pb2.FieldDescriptorProto.TYPE_BOOL,
+                                  label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+            message.field.add(name="smart_stage_options", number=_SMART_STAGE_OPTIONS_FIELD,
+                              type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+                              type_name=f".{_DEEPREC_PACKAGE}.SmartStageOptions",
+                              label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    _add_smart_stage_options(fdp)
+    pool = descriptor_pool.Default()
+    try:
+        pool.FindFileByName(fdp.name)
+    except KeyError:
+        pool.AddSerializedFile(fdp.SerializeToString())
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(_DEEPREC_PACKAGE + ".ConfigProto"))
+
+
+def _add_smart_stage_options(fdp: descriptor_pb2.FileDescriptorProto) -> None:
+    """DeepRec's SmartStageOptions (config.proto), field for field: what tf.SmartStageOptions() returns."""
+    F = descriptor_pb2.FieldDescriptorProto
+    optional, repeated = F.LABEL_OPTIONAL, F.LABEL_REPEATED
+
+    def message(name: str, fields: list[tuple]) -> None:
+        m = fdp.message_type.add(name=name)
+        for number, (fname, ftype, label, *type_name) in enumerate(fields, start=1):
+            m.field.add(name=fname, number=number, type=ftype, label=label,
+                        **({"type_name": f".{_DEEPREC_PACKAGE}.{type_name[0]}"} if type_name else {}))
+
+    message("StageSubgraphRunOptions", [("use_stage_subgraph_thread_pool", F.TYPE_BOOL, optional),
+                                        ("stage_subgraph_thread_pool_id", F.TYPE_INT32, optional)])
+    message("PrefetchRunnerOptions", [("closed_exceptions", F.TYPE_INT32, repeated),
+                                      ("ignored_exceptions", F.TYPE_INT32, repeated),
+                                      ("run_options", F.TYPE_MESSAGE, optional, "StageSubgraphRunOptions")])
+    message("SmartStageOptions", [("capacity", F.TYPE_INT64, optional), ("num_threads", F.TYPE_INT32, optional),
+                                  ("num_clients", F.TYPE_INT32, optional), ("timeout_millis", F.TYPE_INT64, optional),
+                                  ("runner_options", F.TYPE_MESSAGE, optional, "PrefetchRunnerOptions"),
+                                  ("stage_subgraph_stream_id", F.TYPE_INT32, optional),
+                                  ("graph_key", F.TYPE_INT64, optional), ("name", F.TYPE_STRING, optional)])
+
+
+ConfigProto = _build_deeprec_config_class()
+ConfigProto.__doc__ = (
+    "TensorFlow's ConfigProto with DeepRec's SmartStage flags: "
+    "config.graph_options.optimizer_options.do_smart_stage = True. Convert with to_session_config()."
+)
+
+
+SmartStageOptionsProto = message_factory.GetMessageClass(
+    descriptor_pool.Default().FindMessageTypeByName(_DEEPREC_PACKAGE + ".SmartStageOptions"))
+
+
+def deeprec_smart_stage_options(capacity: int = 1, num_threads: int = 1, num_clients: int = 1,
+                                timeout_millis: int = 300000, closed_exception_types=(OUT_OF_RANGE,),
+                                ignored_exception_types=(), use_stage_subgraph_thread_pool: bool = False,
+                                stage_subgraph_thread_pool_id: int = 0, stage_subgraph_stream_id: int = 0,
+                                graph=None, name: str | None = None):
+    """DeepRec's `tf.SmartStageOptions(...)`: the options message that turns auto-stage on in an ss.ConfigProto.
+
+        before:  config.graph_options.optimizer_options.do_smart_stage = True      # needs a staged() stage
+        after:   config.graph_options.optimizer_options.smart_stage_options.CopyFrom(
+                     tf.SmartStageOptions(capacity=8, num_threads=2))           # from smartstage.compat import tf
+
+    Same arguments, defaults and checks as DeepRec's; `graph` is accepted and ignored (the session's own
+    graph is the one optimized). Exception types are tf.errors classes or codes.
+    """
+    for label, value, least in (("capacity", capacity, 1), ("num_threads", num_threads, 1),
+                                ("num_clients", num_clients, 1), ("timeout_millis", timeout_millis, 1),
+                                ("stage_subgraph_thread_pool_id", stage_subgraph_thread_pool_id, 0),
+                                ("stage_subgraph_stream_id", stage_subgraph_stream_id, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"SmartStageOptions: {label}={value!r}; pass an integer >= {least}")
+    options = SmartStageOptionsProto(capacity=capacity, num_threads=num_threads, num_clients=num_clients,
+                                     timeout_millis=timeout_millis, stage_subgraph_stream_id=stage_subgraph_stream_id,
+                                     name=name or "smart_stage")
+    runner = options.runner_options
+    runner.closed_exceptions.extend(error_codes(closed_exception_types, "SmartStageOptions(closed_exception_types)"))
+    runner.ignored_exceptions.extend(error_codes(ignored_exception_types, "SmartStageOptions(ignored_exception_types)"))
+    runner.run_options.use_stage_subgraph_thread_pool = use_stage_subgraph_thread_pool
+    runner.run_options.stage_subgraph_thread_pool_id = stage_subgraph_thread_pool_id
+    return options
+
+
+def _is_deeprec_config(config) -> bool:
+    return getattr(getattr(config, "DESCRIPTOR", None), "full_name", "") == _DEEPREC_PACKAGE + ".ConfigProto"
+
+
+__all__ = ["ConfigProto", "SmartStageOptionsProto", "deeprec_smart_stage_options"]
