@@ -12,68 +12,16 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from dataclasses import dataclass, field
 from typing import Iterable
 
-from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
 from smartstage.config.options import SmartStageOptions, options_from_config
 from smartstage.errors import GraphError
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.load import collection_targets, load_graph, stage_defs_of, store_stage_defs
-from smartstage.passes.manager import PassContext, PassReport, Pipeline
-
-
-@dataclass(frozen=True)
-class OptimizeResult:
-    """The rewritten graph (the input is never mutated), what each pass did, and each stage's partition."""
-
-    graph_def: graph_pb2.GraphDef
-    original_graph_def: graph_pb2.GraphDef  # the input as given (the caller's own GraphDef when one was passed)
-    options: SmartStageOptions
-    reports: tuple[PassReport, ...] = ()
-    partitions: tuple = ()  # StagePartition per stage
-    meta_graph_def: meta_graph_pb2.MetaGraphDef | None = None
-    targets: frozenset = frozenset()
-    notes: tuple[str, ...] = ()
-    seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def changed(self) -> bool:
-        return any(r.changed for r in self.reports)
-
-    @property
-    def passes(self) -> list[str]:
-        return [r.name for r in self.reports]
-
-    def moved(self) -> set[str]:
-        return {n for p in self.partitions if p.changes_graph for n in p.moved}
-
-    def fetch_map(self) -> dict[str, str]:
-        """For each tensor now computed on the prefetch side and carried by a buffer: the take output that
-        carries it ("hash:0" -> "stage/take:1"). A session maps fetches through this, so a fetch of a moved
-        tensor returns the value of the batch being trained on."""
-        mapping = {}
-        for p in self.partitions:
-            if not p.changes_graph:
-                continue
-            for j, tensor in enumerate(p.boundary_after):
-                mapping[tensor] = f"{p.stage.take}:{j}"
-        return mapping
-
-    def summary(self) -> str:
-        """Per stage: moved, pinned (with reasons), boundary tensors before and after; then the passes."""
-        from smartstage.result import summary_text
-
-        return summary_text(self)
-
-    def diff(self):
-        """The GraphDiff of the input and the rewritten graph."""
-        from smartstage.inspection.diff import graph_diff
-
-        return graph_diff(self.original_graph_def, self.graph_def, result=self)
+from smartstage.passes.manager import PassContext, Pipeline
+from smartstage.result import OptimizeResult
 
 
 def _own(message, borrowed: bool):

@@ -1,8 +1,20 @@
-"""The text summary of an OptimizeResult: per stage what moved, what stayed and why, what crosses."""
+"""OptimizeResult: what optimize() returns, the rewritten graph, each pass's report and each stage's
+partition, and its text summary (per stage what moved, what stayed and why, what crosses).
+
+    result = ss.optimize(graph_def, config)
+    result.graph_def; result.summary(); result.fetch_map()   # {"hash:0": "stage/take:1", ...}
+"""
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
+
+from tensorflow.core.framework import graph_pb2
+from tensorflow.core.protobuf import meta_graph_pb2
+
+from smartstage.config.options import SmartStageOptions
+from smartstage.passes.manager import PassReport
 
 MAX_LISTED = 12
 
@@ -45,3 +57,55 @@ def _listed(names) -> str:
     names = list(names)
     shown = ", ".join(names[:MAX_LISTED])
     return shown + (f", ... (+{len(names) - MAX_LISTED})" if len(names) > MAX_LISTED else "")
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    """The rewritten graph (the input is never mutated), what each pass did, and each stage's partition."""
+
+    graph_def: graph_pb2.GraphDef
+    original_graph_def: graph_pb2.GraphDef  # the input as given (the caller's own GraphDef when one was passed)
+    options: SmartStageOptions
+    reports: tuple[PassReport, ...] = ()
+    partitions: tuple = ()  # StagePartition per stage
+    meta_graph_def: meta_graph_pb2.MetaGraphDef | None = None
+    targets: frozenset = frozenset()
+    notes: tuple[str, ...] = ()
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return any(r.changed for r in self.reports)
+
+    @property
+    def passes(self) -> list[str]:
+        return [r.name for r in self.reports]
+
+    def moved(self) -> set[str]:
+        return {n for p in self.partitions if p.changes_graph for n in p.moved}
+
+    def fetch_map(self) -> dict[str, str]:
+        """For each tensor now computed on the prefetch side and carried by a buffer: the take output that
+        carries it ("hash:0" -> "stage/take:1"). A session maps fetches through this, so a fetch of a moved
+        tensor returns the value of the batch being trained on."""
+        mapping = {}
+        for p in self.partitions:
+            if not p.changes_graph:
+                continue
+            for j, tensor in enumerate(p.boundary_after):
+                mapping[tensor] = f"{p.stage.take}:{j}"
+        return mapping
+
+    def summary(self) -> str:
+        """Per stage: moved, pinned (with reasons), boundary tensors before and after; then the passes."""
+        return summary_text(self)
+
+    def diff(self):
+        """The GraphDiff of the input and the rewritten graph (the same as ss.graph_diff(original, graph, result)).
+
+        Kept on the result because the API had it before the layers; it is the one import of the core
+        from the inspection layer (tests/test_layers.py allows exactly this one)."""
+        from smartstage.inspection.diff import graph_diff
+
+        return graph_diff(self.original_graph_def, self.graph_def, result=self)

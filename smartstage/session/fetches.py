@@ -17,7 +17,7 @@ from typing import Any
 import tensorflow as tf
 
 from smartstage.errors import TargetError
-from smartstage.session.live_rewrite import LiveRewrite
+from smartstage.session.record import LiveRewrite
 
 
 def _mark_hint(node: str) -> str:

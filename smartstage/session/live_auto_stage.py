@@ -35,7 +35,7 @@ def auto_stage_names(result) -> set[str]:
 def apply_auto_stages(graph: tf.Graph, result, record) -> list:
     """Builds the stages auto-stage inserted into `graph` (the graph `result` was optimized from) and
     records them in `record` (a LiveRewrite). Returns a LiveStage per stage."""
-    from smartstage.session.live_rewrite import LiveStage, _set_control_inputs
+    from smartstage.session.record import LiveStage, _set_control_inputs
 
     report = result.extra.get("auto_stage")
     if report is None or not report.inserted:

@@ -28,9 +28,6 @@ that carries it, for fetches) and `prefetch_nodes` (node -> its stage, for clear
 from __future__ import annotations
 
 import logging
-import threading
-import weakref
-from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import tensorflow as tf
@@ -39,6 +36,7 @@ from tensorflow.python.ops import gen_data_flow_ops
 from smartstage.errors import GraphError, TargetError
 from smartstage.graph.stages import FIFO
 from smartstage.runtime.metadata import STAGES_COLLECTION, StageRecord, stage_defs
+from smartstage.session.record import LiveRewrite, LiveStage, _dedupe, _set_control_inputs, rewrite_once
 
 logger = logging.getLogger(__name__)
 
@@ -47,50 +45,6 @@ _ROLES = ("buffer", "put", "take", "close", "cancel", "size")
 _STAGE_DEF_FIELDS = {"buffer": "buffer_node", "put": "put_node", "take": "take_node", "close": "close_node",
                      "cancel": "cancel_node", "size": "size_node"}
 
-_records: "weakref.WeakKeyDictionary[tf.Graph, LiveRewrite]" = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
-
-
-@dataclass(frozen=True)
-class LiveStage:
-    """One stage rebuilt in the live graph: old and new op names by role, what moved, what crosses."""
-
-    name: str
-    old_ops: dict[str, str]
-    new_ops: dict[str, str]
-    moved: tuple[str, ...]
-    boundary: tuple[str, ...]  # the tensors the new buffer carries, as the prefetch side names them
-
-
-@dataclass
-class LiveRewrite:
-    """What the session did to a live graph; the session maps fetches and feeds through it."""
-
-    stages: tuple[LiveStage, ...] = ()
-    notes: tuple[str, ...] = ()
-    result: Any = None  # the OptimizeResult the edits came from
-    tensor_map: dict[str, tf.Tensor] = field(default_factory=dict)  # old tensor name -> new tensor
-    op_map: dict[str, tf.Operation] = field(default_factory=dict)  # old stage op name -> new op
-    prefetch_nodes: dict[str, str] = field(default_factory=dict)  # node now on a prefetch side -> stage
-    # ops built after the rewrite that read a prefetch-side tensor the stage does not carry -> why
-    unservable: dict[str, str] = field(default_factory=dict)
-    last_id: int = 0  # the graph's version at the rewrite: a larger version means ops were built since
-    last_op_id: int = 0  # the largest op id at the rewrite (op ids run one ahead of Graph.version)
-    seconds: float = 0.0
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.stages)
-
-    def summary(self) -> str:
-        lines = [f"{s.name}: moved {len(s.moved)} op(s) to the prefetch side; the stage now carries "
-                 f"{len(s.boundary)} tensor(s) through {s.new_ops['put']} / {s.new_ops['take']}" for s in self.stages]
-        return "\n".join(lines + list(self.notes)) or "no stage changed"
-
-
-def live_rewrite_of(graph: tf.Graph) -> LiveRewrite | None:
-    """The record of the rewrite a session made to `graph`, or None if none did."""
-    return _records.get(graph)
 
 
 def _node_names(items: Iterable[Any]) -> list[str]:
@@ -119,11 +73,7 @@ def rewrite_live_graph(graph: tf.Graph, config, targets: Iterable[Any] = ()) -> 
 
     from smartstage.optimizer import optimize
 
-    with _lock:
-        record = _records.get(graph)
-        if record is not None:
-            logger.debug("graph already rewritten by SmartStage; reusing the rewrite")
-            return record
+    def rewrite() -> LiveRewrite:
         start = time.perf_counter()
         result = optimize(graph, config, targets=_node_names(targets))
         was_finalized = graph.finalized
@@ -135,9 +85,14 @@ def rewrite_live_graph(graph: tf.Graph, config, targets: Iterable[Any] = ()) -> 
             if was_finalized:
                 graph.finalize()
         record.seconds = time.perf_counter() - start
-        _records[graph] = record
-        logger.info("SmartStage rewrote the session's graph in %.2f s:\n%s", record.seconds, record.summary())
         return record
+
+    record, new = rewrite_once(graph, rewrite)
+    if new:
+        logger.info("SmartStage rewrote the session's graph in %.2f s:\n%s", record.seconds, record.summary())
+    else:
+        logger.debug("graph already rewritten by SmartStage; reusing the rewrite")
+    return record
 
 
 def _apply(graph: tf.Graph, result) -> LiveRewrite:
@@ -185,15 +140,6 @@ def _unsupported(graph: tf.Graph, partition) -> str:
 def _queue_runners_of(graph: tf.Graph, put: str) -> list:
     return [qr for qr in graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
             if any(op.name == put for op in getattr(qr, "enqueue_ops", ()))]
-
-
-def _dedupe(ops: Iterable[tf.Operation]) -> list[tf.Operation]:
-    return list({op.name: op for op in ops}.values())
-
-
-def _set_control_inputs(op: tf.Operation, control: list[tf.Operation]) -> None:
-    op._remove_all_control_inputs()  # noqa: SLF001
-    op._add_control_inputs(_dedupe(control))  # noqa: SLF001
 
 
 def _rebuild_stage(graph: tf.Graph, partition, record: LiveRewrite) -> LiveStage:

@@ -23,7 +23,8 @@ from tensorflow.python.training import monitored_session
 from smartstage.config.options import to_session_config
 from smartstage.errors import StageRuntimeError
 from smartstage.session.fetches import FetchMapper
-from smartstage.session.live_rewrite import LiveRewrite, adopt_late_ops
+from smartstage.session.record import LiveRewrite
+from smartstage.session.live_rewrite import adopt_late_ops
 from smartstage.runtime import PrefetchHook, stage_defs
 from smartstage.session.session import prepare_graph
 

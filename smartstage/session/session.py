@@ -37,7 +37,8 @@ import tensorflow as tf
 
 from smartstage.config.options import options_from_config, to_session_config
 from smartstage.session.fetches import FetchMapper
-from smartstage.session.live_rewrite import LiveRewrite, adopt_late_ops, live_rewrite_of, rewrite_live_graph
+from smartstage.session.record import LiveRewrite, live_rewrite_of
+from smartstage.session.live_rewrite import adopt_late_ops, rewrite_live_graph
 from smartstage.runtime import PrefetchThreads, stage_defs, start_prefetch_threads
 from smartstage.runtime.reinit import ReinitWatch
 from smartstage.runtime.runner import STOP_JOIN_SECONDS

@@ -182,7 +182,7 @@ def test_cluster_graph_on_worker_1_runs_with_identical_values(cluster):
 def test_dlrm_example_on_a_gpu_holds_every_rule_and_trains_identically(tmp_path):
     from smartstage.examples import build_dlrm, export_meta_graph_def
     from smartstage.examples.data import prepare_criteo
-    from tests.passes.test_gpu_placement import check_placement_rules
+    from tests.passes.gpu.test_placement import check_placement_rules
 
     files = prepare_criteo(tmp_path, num_rows=64, seed=0, vocabulary_max_size=20)
     graph = tf.Graph()

@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 import smartstage as ss
-from smartstage.session.live_rewrite import NEW_SCOPE, live_rewrite_of
+from smartstage.session.live_rewrite import NEW_SCOPE
+from smartstage.session.record import live_rewrite_of
 from smartstage.session.session import Session
 from tests.session.graphs import bounded, flag, init_ops, small_model
 

@@ -12,7 +12,7 @@ from smartstage.passes.gpu.placement import COPY_SCOPE
 from smartstage.passes.gpu.multi_stream import STREAM_ATTR
 from smartstage.passes.gpu.prefetch_sides import prefetch_sides
 from tests.builder import G, N, node
-from tests.passes.test_gpu_placement import GPU0, model_graph, stage_ops
+from tests.passes.gpu.test_placement import GPU0, model_graph, stage_ops
 
 STREAMS = enable_smart_stage(multi_stream=True)
 STREAMS_GPU = enable_smart_stage(gpu=True, multi_stream=True)

@@ -9,7 +9,7 @@ import smartstage as ss
 from smartstage.errors import TargetError
 from smartstage.inspection.verify_rewrite import default_fetches, verify_rewrite
 from tests.builder import node
-from tests.inspect_graphs import demo_example
+from tests.inspection.graphs import demo_example
 
 STEPS = 4
 LOSS = "sigmoid_cross_entropy_loss/value:0"

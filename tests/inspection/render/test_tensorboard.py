@@ -15,7 +15,7 @@ from tensorflow.core.framework import graph_pb2
 
 import smartstage as ss
 from smartstage.inspection.render.tensorboard import write_tensorboard
-from tests.inspect_graphs import deeprec_example, tiny_graph
+from tests.inspection.graphs import deeprec_example, tiny_graph
 
 
 @pytest.fixture(scope="module")

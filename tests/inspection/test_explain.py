@@ -9,7 +9,7 @@ import smartstage as ss
 from smartstage.errors import GraphError, NoStageError
 from smartstage.inspection.explain import explain
 from tests.builder import G, N
-from tests.inspect_graphs import deeprec_example, no_stage_graph, tiny_graph
+from tests.inspection.graphs import deeprec_example, no_stage_graph, tiny_graph
 
 ON = ss.enable_smart_stage()
 

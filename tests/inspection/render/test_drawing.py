@@ -12,7 +12,7 @@ from smartstage.inspection.render.dot import GraphvizMissing, dot_source, dot_to
 from smartstage.inspection.render.drawing import build_drawing
 from smartstage.inspection.render.svg import svg_drawing
 from tests.builder import G, N
-from tests.inspect_graphs import tiny_graph
+from tests.inspection.graphs import tiny_graph
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -1,6 +1,6 @@
 """Graphs for the inspection tests (diff, explain, verify, renderers, CLI), and golden-file helpers.
 
-Set SMARTSTAGE_UPDATE_GOLDEN=1 to rewrite the golden files under tests/golden/ from the current output.
+Set SMARTSTAGE_UPDATE_GOLDEN=1 to rewrite the golden files under tests/inspection/golden/ from the current output.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def demo_example(workdir):
 
 
 def check_golden(name: str, text: str) -> None:
-    """Compares `text` with tests/golden/<name>; SMARTSTAGE_UPDATE_GOLDEN=1 rewrites the file instead."""
+    """Compares `text` with tests/inspection/golden/<name>; SMARTSTAGE_UPDATE_GOLDEN=1 rewrites the file instead."""
     path = GOLDEN / name
     if os.environ.get("SMARTSTAGE_UPDATE_GOLDEN") == "1":
         path.parent.mkdir(parents=True, exist_ok=True)

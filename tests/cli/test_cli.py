@@ -16,9 +16,9 @@ from tensorflow.core.protobuf import meta_graph_pb2
 from smartstage.cli.main import main
 from smartstage.graph.load import load_graph, write_graph
 from tests.builder import node
-from tests.inspect_graphs import demo_example, no_stage_graph, tiny_graph
+from tests.inspection.graphs import demo_example, no_stage_graph, tiny_graph
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from smartstage.errors import GraphError
 from smartstage.inspection.render.json_report import json_report, read_json_report
 from smartstage.inspection.render.text import text_report
 from tests.builder import G, N, node
-from tests.inspect_graphs import check_golden, deeprec_example, dlrm_example, dlrm_like_graph, tiny_graph
+from tests.inspection.graphs import check_golden, deeprec_example, dlrm_example, dlrm_like_graph, tiny_graph
 
 ON = ss.enable_smart_stage()
 
