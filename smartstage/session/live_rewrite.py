@@ -33,6 +33,7 @@ from typing import Any, Iterable
 import tensorflow as tf
 from tensorflow.python.ops import gen_data_flow_ops
 
+from smartstage.config.options import SmartStageOptions
 from smartstage.errors import GraphError, TargetError
 from smartstage.graph.stages import FIFO
 from smartstage.runtime.metadata import STAGES_COLLECTION, StageRecord, stage_defs
@@ -59,11 +60,11 @@ def _node_names(items: Iterable[Any]) -> list[str]:
     return names
 
 
-def rewrite_live_graph(graph: tf.Graph, config, targets: Iterable[Any] = ()) -> LiveRewrite:
-    """Optimizes `graph` with the flags of `config` and applies the result to it in place (once per graph).
+def rewrite_live_graph(graph: tf.Graph, options: SmartStageOptions, targets: Iterable[Any] = ()) -> LiveRewrite:
+    """Optimizes `graph` with `options` (the session parsed its config once) and applies the result to it in place (once per graph).
 
         before:  sess.run(train_op)   # the step parses every batch itself, behind the stage's take
-        after:   rewrite_live_graph(graph, config); the same train_op now reads parsed features from the take
+        after:   rewrite_live_graph(graph, options); the same train_op now reads parsed features from the take
 
     targets: tensors, ops or node names the step fetches, kept on the main side (besides the marked
     targets and the train_op / losses / summaries / update_ops collections).
@@ -75,7 +76,7 @@ def rewrite_live_graph(graph: tf.Graph, config, targets: Iterable[Any] = ()) -> 
 
     def rewrite() -> LiveRewrite:
         start = time.perf_counter()
-        result = optimize(graph, config, targets=_node_names(targets))
+        result = optimize(graph, options, targets=_node_names(targets))
         was_finalized = graph.finalized
         if was_finalized:
             graph._unsafe_unfinalize()  # noqa: SLF001  (the rewrite happens before any step)

@@ -20,7 +20,7 @@ from typing import Iterable
 import tensorflow as tf
 from tensorflow.python.training import monitored_session
 
-from smartstage.config.options import to_session_config
+from smartstage.config.options import options_from_config, to_session_config
 from smartstage.errors import StageRuntimeError
 from smartstage.session.fetches import FetchMapper
 from smartstage.session.record import LiveRewrite
@@ -195,7 +195,7 @@ def MonitoredTrainingSession(  # noqa: N802  (TensorFlow's name)
     hooks = list(hooks or [])
     chief_only_hooks = list(chief_only_hooks or [])
     require_prefetch_hook(graph, hooks + (chief_only_hooks if is_chief else []))
-    record = prepare_graph(graph, config, targets)
+    record = prepare_graph(graph, options_from_config(config), targets)  # the flags, parsed once
     require_prefetch_hook(graph, hooks + (chief_only_hooks if is_chief else []))  # stages auto-stage inserted
     mapper = FetchMapper(record)
     if mapper.active:

@@ -35,7 +35,7 @@ from typing import Any, Iterable
 
 import tensorflow as tf
 
-from smartstage.config.options import options_from_config, to_session_config
+from smartstage.config.options import SmartStageOptions, options_from_config, to_session_config
 from smartstage.session.fetches import FetchMapper
 from smartstage.session.record import LiveRewrite, live_rewrite_of
 from smartstage.session.live_rewrite import adopt_late_ops, rewrite_live_graph
@@ -46,8 +46,9 @@ from smartstage.runtime.runner import STOP_JOIN_SECONDS
 logger = logging.getLogger(__name__)
 
 
-def prepare_graph(graph: tf.Graph, config=None, targets: Iterable[Any] | None = None) -> LiveRewrite | None:
-    """Rewrites `graph` in place when `config` turns SmartStage on (once per graph); returns the record.
+def prepare_graph(graph: tf.Graph, options: SmartStageOptions, targets: Iterable[Any] | None = None
+                  ) -> LiveRewrite | None:
+    """Rewrites `graph` in place when `options` turn SmartStage on (once per graph); returns the record.
 
         before:  a staged graph; config with do_smart_stage
         after:   the same tf.Graph with preprocessing behind the stage; live_rewrite_of(graph) describes it
@@ -55,8 +56,8 @@ def prepare_graph(graph: tf.Graph, config=None, targets: Iterable[Any] | None = 
     With the flags off the graph is left alone (a graph an earlier session rewrote stays rewritten,
     and its record is returned so fetches keep being mapped).
     """
-    if options_from_config(config).enabled:
-        return rewrite_live_graph(graph, config, targets or ())
+    if options.enabled:
+        return rewrite_live_graph(graph, options, targets or ())
     return live_rewrite_of(graph)
 
 
@@ -108,7 +109,8 @@ class Session(tf.compat.v1.Session):
         self._reaches_stage: dict[frozenset, bool] = {}
         self._error_raised = False
         self._reinit: ReinitWatch | None = None
-        self._smartstage = prepare_graph(graph, config, targets)
+        # The flags are parsed here, once; the typed options go down to the rewrite.
+        self._smartstage = prepare_graph(graph, options_from_config(config), targets)
         self._mapper = FetchMapper(self._smartstage)
         super().__init__(target, graph=graph, config=to_session_config(config))
 
