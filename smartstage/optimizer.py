@@ -12,12 +12,12 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from typing import Iterable
+from dataclasses import fields
 
 from tensorflow.core.protobuf import meta_graph_pb2
 
 from smartstage.config.options import SmartStageOptions, options_from_config
-from smartstage.errors import GraphError
+from smartstage.errors import ConfigError, TargetError
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.load import collection_targets, load_graph, stage_defs_of, store_stage_defs
 from smartstage.passes.manager import PassContext, Pipeline
@@ -33,15 +33,66 @@ def _own(message, borrowed: bool):
     return copy
 
 
-def _node_names(names: Iterable[str] | None, what: str) -> set[str]:
-    result = set()
-    for name in names or ():
-        if hasattr(name, "name") and not isinstance(name, str):
-            name = name.name
+def _names(value, what: str) -> list[str]:
+    """`targets`/`feeds` as names: one name, tensor or operation is one item; else an iterable of them.
+
+        before:  optimize(g, config, targets="zsum")    # iterated: targets 'z', 's', 'u', 'm'
+        after:   _names("zsum", "targets") == ["zsum"]; _names([loss, "stage/take:0"], ...) == ["loss:0", ...]
+    """
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) or _graph_element(value) else value
+    try:
+        items = list(items)
+    except TypeError:
+        raise ConfigError(f"optimize(): {what}={value!r} ({type(value).__name__}) is not a target list; pass a node or tensor name, "
+                          "a tf.Tensor or tf.Operation, or a list of them") from None
+    names = []
+    for item in items:
+        name = item.name if _graph_element(item) else item
         if not isinstance(name, str) or not name:
-            raise GraphError(f"{what} must be node or tensor names (strings), got {name!r}")
-        result.add(parse_tensor_name(name).node)
-    return result
+            raise ConfigError(f"optimize(): {what} holds {item!r} ({type(item).__name__}); pass node or tensor "
+                              "names ('loss', 'stage/take:0'), tf.Tensor or tf.Operation objects")
+        names.append(name)
+    return names
+
+
+def _graph_element(item) -> bool:
+    """A tf.Tensor, tf.Operation or variable: named, and of a graph (never iterated as a sequence)."""
+    return not isinstance(item, str) and isinstance(getattr(item, "name", None), str) and hasattr(item, "graph")
+
+
+def _target_ports(names: list[str], bare: set[str]) -> dict[str, frozenset[int]]:
+    """{node: ports} for nodes named only as tensors ("stage/take:0"); a node also named bare keeps all."""
+    ports: dict[str, set[int]] = {}
+    for name in names:
+        t = parse_tensor_name(name)
+        if ":" in name and not t.is_control:
+            ports.setdefault(t.node, set()).add(t.port)
+        else:
+            bare.add(t.node)
+    return {node: frozenset(p) for node, p in ports.items() if node not in bare}
+
+
+def _check_ports(view, names: list[str], what: str) -> None:
+    """TargetError for a tensor name whose node has fewer outputs ("zsum:7" where zsum has one)."""
+    for name in names:
+        t = parse_tensor_name(name)
+        if ":" not in name or t.is_control or t.node not in view:
+            continue  # a node named bare has no port to check; a missing node is reported by the partition
+        dtypes = view.output_dtypes(t.node)
+        if dtypes is not None and t.port >= len(dtypes):
+            outputs = ", ".join(f"{t.node}:{i}" for i in range(len(dtypes))) or "none"
+            raise TargetError(f"{what[:-1]} {name!r}: node {t.node!r} ({view.op(t.node)}) has {len(dtypes)} "
+                              f"output(s) ({outputs}), no output {t.port}; name one of them or the node itself")
+
+
+def _check_overrides(overrides: dict) -> None:
+    accepted = sorted(f.name for f in fields(SmartStageOptions) if f.name != "source")
+    unknown = sorted(set(overrides) - set(accepted))
+    if unknown:
+        raise ConfigError(f"optimize(): unknown keyword argument(s) {unknown}; besides graph, config, targets and "
+                          f"feeds it accepts the option overrides {accepted}")
 
 
 def build_pipeline(options: SmartStageOptions) -> Pipeline:
@@ -71,8 +122,12 @@ def optimize(graph, config=None, *, targets=None, feeds=None, **overrides) -> Op
     graph: a GraphDef, MetaGraphDef, tf.Graph, or the path of a .pb/.pbtxt/.meta file.
     config: a tf.compat.v1.ConfigProto (custom_optimizers entry "SmartStage"), an ss.ConfigProto
       (DeepRec spelling), or None. With no flag set the graph comes back unchanged, and the report says so.
-    targets: nodes the training step fetches (kept on the main side, with what they depend on after the stage).
-    feeds: nodes the training step feeds besides placeholders.
+    targets: what the training step fetches (kept on the main side, with what they depend on after the stage):
+      a node or tensor name, a tf.Tensor or tf.Operation, or a list of them. An output of a stage's take
+      (what staged() returned) named here keeps crossing the stage; result.fetch_map() says where.
+    feeds: nodes the training step feeds besides placeholders (the same forms).
+    overrides: SmartStageOptions fields (do_smart_stage, auto_stage, verify, ...); another keyword is a
+      ConfigError naming it.
 
     before:  put(decode) ~~ take -> hash -> lookup(w)
     after:   put(hash)   ~~ take -> lookup(w)
@@ -83,13 +138,16 @@ def optimize(graph, config=None, *, targets=None, feeds=None, **overrides) -> Op
 
 def _optimize(graph, config, targets, feeds, overrides) -> OptimizeResult:
     start = time.perf_counter()
+    _check_overrides(overrides)
+    target_list, feed_list = _names(targets, "targets"), _names(feeds, "feeds")
     options = options_from_config(config, **overrides)
     # The caller's GraphDef is read, not copied: passes build new graphs and never edit their input. What
     # the result hands back is never the caller's own message, though (see _own).
     loaded = load_graph(graph, copy=False)
     original = loaded.graph_def
-    target_names = _node_names(targets, "targets") | collection_targets(loaded.meta_graph_def)
-    feed_names = _node_names(feeds, "feeds")
+    from_collections = collection_targets(loaded.meta_graph_def)
+    target_names = {parse_tensor_name(n).node for n in target_list} | from_collections
+    feed_names = {parse_tensor_name(n).node for n in feed_list}
     if not options.enabled:
         meta = _own(loaded.meta_graph_def, loaded.borrowed)
         return OptimizeResult(
@@ -103,7 +161,11 @@ def _optimize(graph, config, targets, feeds, overrides) -> OptimizeResult:
         )
     ctx = PassContext(options=options, targets=target_names, feeds=feed_names,
                       stage_defs=stage_defs_of(loaded.meta_graph_def))
+    # An output of a take named as a target keeps crossing the stage (see partition_stages).
+    ctx.target_ports = _target_ports(target_list, set(from_collections))
     view = ctx.view_of(loaded.graph_def)
+    _check_ports(view, target_list, "targets")
+    _check_ports(view, feed_list, "feeds")
     view.check_inputs()
     view.order()  # GraphError naming a cycle
     graph_def, reports = build_pipeline(options).run(loaded.graph_def, ctx)
@@ -121,5 +183,6 @@ def _optimize(graph, config, targets, feeds, overrides) -> OptimizeResult:
     return OptimizeResult(
         graph_def=graph_def, original_graph_def=original, options=options, reports=tuple(reports),
         partitions=tuple(ctx.partitions), meta_graph_def=meta, targets=frozenset(target_names),
-        notes=tuple(ctx.notes), seconds=time.perf_counter() - start, extra=dict(ctx.extra),
+        notes=tuple(ctx.notes), seconds=time.perf_counter() - start, auto_stage=ctx.auto_stage,
+        gpu_placement=dict(ctx.gpu_placement), multi_stream=dict(ctx.multi_stream),
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
@@ -72,7 +73,15 @@ class OptimizeResult:
     targets: frozenset = frozenset()
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
+    auto_stage: Any = None  # AutoStageReport: the stages auto-stage inserted, and why other sources stayed
+    gpu_placement: dict = field(default_factory=dict)  # stage -> StagePlacement (do_smart_stage_gpu)
+    multi_stream: dict = field(default_factory=dict)  # stage -> StreamReport (stage_multi_stream)
+
+    @property
+    def extra(self) -> dict:
+        """The per-pass reports by pass name, as the result gave them before they were typed fields."""
+        found = {"auto_stage": self.auto_stage, "gpu_placement": self.gpu_placement, "multi_stream": self.multi_stream}
+        return {k: v for k, v in found.items() if v}
 
     @property
     def changed(self) -> bool:
@@ -88,13 +97,19 @@ class OptimizeResult:
     def fetch_map(self) -> dict[str, str]:
         """For each tensor now computed on the prefetch side and carried by a buffer: the take output that
         carries it ("hash:0" -> "stage/take:1"). A session maps fetches through this, so a fetch of a moved
-        tensor returns the value of the batch being trained on."""
+        tensor returns the value of the batch being trained on. An output of the old take (what staged()
+        returned) that still crosses maps to the new take output carrying it ("stage/take:0" -> "stage/take:2");
+        name it in `targets` to keep it crossing."""
         mapping = {}
         for p in self.partitions:
             if not p.changes_graph:
                 continue
-            for j, tensor in enumerate(p.boundary_after):
+            slot = {tensor: j for j, tensor in enumerate(p.boundary_after)}
+            for tensor, j in slot.items():
                 mapping[tensor] = f"{p.stage.take}:{j}"
+            for k, carried in enumerate(p.take_ports):  # what staged() returned: the old take's outputs
+                if carried in slot:
+                    mapping[f"{p.stage.take}:{k}"] = f"{p.stage.take}:{slot[carried]}"
         return mapping
 
     def summary(self) -> str:

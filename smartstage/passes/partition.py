@@ -40,6 +40,8 @@ class StagePartition:
     control_reroutes: tuple[tuple[str, str], ...] = ()
     # Why the stage stays as it was ("" when the partition is to be applied).
     skipped: str = ""
+    # What each output of the old take carried: take:k stood for the put input take_ports[k].
+    take_ports: tuple[str, ...] = ()
     # For the rewrite: moved nodes that read the take, and main-side nodes that read the take or a moved node.
     take_readers: tuple[str, ...] = field(default=(), compare=False, repr=False)
     main_readers: tuple[str, ...] = field(default=(), compare=False, repr=False)
@@ -67,11 +69,16 @@ def partition_stages(
     stages: list[StageBoundary],
     targets: set[str],
     feeds: set[str],
+    target_ports: Mapping[str, frozenset[int]] | None = None,
 ) -> list[StagePartition]:
     """One StagePartition per stage, computed on the same (unmodified) graph in one topological pass.
 
     A node is a candidate of a stage when it reads that stage's take or one of its candidates; it is
     decided when visited, after all its inputs.
+
+    A take that is a target keeps its outputs crossing even when every reader moves, so a fetch of what
+    staged() returned is served by the new take: all of them, or only the ports in `target_ports`
+    ({"stage/take": {0}}, for targets named as tensors).
     """
     stage_ops = {n for s in stages for n in s.ops}
     rules = PinRules(view, targets, feeds, stage_ops)
@@ -81,7 +88,7 @@ def partition_stages(
         states, consumed = _sweep(view, stages, rules, order, seeds)
         pulled = [[n for n in st.verdict if n in st.pulled] for st in states]
         if pulled == seeds:
-            return [_finish(view, st, consumed) for st in states]
+            return [_finish(view, st, consumed, _kept_ports(st, targets, target_ports or {})) for st in states]
         # Nodes pulled behind a stage (random sources) may have readers visited before the pull: sweep
         # again with them in place from the start, so one optimize() reaches the fixed point.
         seeds = pulled
@@ -183,7 +190,15 @@ def _pull(view: GraphView, rules: PinRules, st: _StageState, root: str, claimed:
     return True
 
 
-def _finish(view: GraphView, st: _StageState, consumed: set[str]) -> StagePartition:
+def _kept_ports(st: _StageState, targets: set[str], target_ports: Mapping[str, frozenset[int]]) -> list[int]:
+    """The ports of the take that are targets themselves: they keep crossing whatever reads them."""
+    if st.take not in targets:
+        return []
+    ports = target_ports.get(st.take)
+    return [k for k in range(len(st.put_inputs)) if ports is None or k in ports]
+
+
+def _finish(view: GraphView, st: _StageState, consumed: set[str], kept_ports: list[int]) -> StagePartition:
     stage, take, verdict = st.stage, st.take, st.verdict
     before = tuple(dict.fromkeys(str(t) for t in st.put_inputs))
     moved = {n: None for n, pin in verdict.items() if pin is None}
@@ -221,6 +236,9 @@ def _finish(view: GraphView, st: _StageState, consumed: set[str]) -> StagePartit
             key = str(st.put_inputs[port]) if src == take else f"{src}:{port}"
             if key not in crossing:
                 crossing[key] = (0, old_rank[key]) if key in old_rank else (1, view.position(src), port)
+    for port in kept_ports:  # fetched from the take itself: the batch trained on must carry it
+        key = str(st.put_inputs[port])
+        crossing.setdefault(key, (0, old_rank[key]))
     # Pulled sources may have readers outside this stage's downstream (visited before the pull): they read
     # the pulled tensor through the take, so it still runs on the prefetch side only.
     for src in st.pulled:
@@ -245,6 +263,7 @@ def _finish(view: GraphView, st: _StageState, consumed: set[str]) -> StagePartit
                    "the stage stays as it was")
     return StagePartition(stage=stage, moved=tuple(moved), pinned=pinned, boundary_before=before,
                           boundary_after=after, control_reroutes=tuple(reroutes), skipped=skipped,
+                          take_ports=tuple(str(t) for t in st.put_inputs),
                           take_readers=tuple(take_readers), main_readers=tuple(main_readers))
 
 
@@ -252,13 +271,16 @@ class Partition:
     """Pass: computes each stage's partition (analysis only)."""
 
     name = "partition"
+    requires = ("stages",)
+    provides = ("partitions",)
 
     def run(self, graph_def, ctx):
         from smartstage.passes.manager import PassResult
 
         view = ctx.view_of(graph_def)
         _check_targets(view, ctx.targets | ctx.feeds)
-        ctx.partitions = partition_stages(view, ctx.stages, ctx.targets, ctx.feeds)
+        ctx.partitions = partition_stages(view, ctx.stages, ctx.targets, ctx.feeds,
+                                          ctx.target_ports)
         summary = []
         for p in ctx.partitions:
             verdict = p.skipped or (f"{len(p.moved)} node(s) can move; boundary {len(p.boundary_before)} -> "

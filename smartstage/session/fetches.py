@@ -108,6 +108,14 @@ class FetchMapper:
         if node in self.record.unservable:
             return TargetError(f"cannot fetch {fetch!r}: {self.record.unservable[node]}")
         stage = self.record.prefetch_nodes[node]
+        if any(s.old_ops.get("take") == node for s in self.record.stages):
+            return TargetError(
+                f"cannot fetch {fetch!r}: it is what staged() returned for stage '{stage}', and after SmartStage "
+                "moved its readers to the prefetch side no main-side op reads it, so the new buffer does not "
+                "carry it. Mark it before the session is created (smartstage.mark_target_node([tensor]), or "
+                "targets=[tensor] of the session): it then crosses the stage, and the fetch gives the batch the "
+                "step trains on"
+            )
         return TargetError(
             f"cannot fetch {fetch!r}: SmartStage moved node '{node}' to the prefetch side of stage '{stage}' and "
             "its value does not cross the stage, so the training step no longer computes it (running it now "
