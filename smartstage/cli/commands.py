@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from smartstage.cli.common import EXIT_DIFFERENT, EXIT_OK, _Fail, _config, _load, _print_summary, _progress, _report_json, _source, _status, _write_text
+
+from smartstage.cli.common import (EXIT_DIFFERENT, EXIT_OK, _Fail, _config, _feed_values, _load, _print_summary,
+                                   _progress, _report_json, _source, _status)
 
 
 # -- commands ----------------------------------------------------------------------------------------
 def _optimize(args) -> int:
-    from smartstage.graph.load import write_graph
+    from smartstage.cli.outputs import CommandOutputs
+    from smartstage.graph.load import graph_bytes
     from smartstage.optimizer import optimize
 
     src, out = Path(args.input), Path(args.output)
@@ -23,31 +26,31 @@ def _optimize(args) -> int:
         raise _Fail(f"OUT {args.output!r} is IN: write the rewritten graph to another file")
     loaded = _load(args.input)
     with _status("optimizing"):
-        result = optimize(_source(loaded), _config(args, gpu=args.gpu), targets=args.target, feeds=args.feed)
-    # Everything is computed before anything is written: a failure leaves no output behind.
-    outputs: list[tuple[str, str]] = []
-    if args.report or args.html:
-        with _status("comparing before and after"):
-            diff = result.diff()
-        if args.report:
-            outputs.append((args.report, _report_json(diff, result)))
-        if args.html:
-            from smartstage.inspection.render.html import html_report
+        result = optimize(_source(loaded), _config(args, gpu=args.gpu), targets=args.target,
+                          feeds=_feed_values(args.feed)[0])
+    after = result.meta_graph_def if result.meta_graph_def is not None else result.graph_def
+    # Every output is written beside its destination first, then all are renamed into place together:
+    # a failure anywhere (a report that cannot be written, an interrupt) leaves no output behind.
+    with CommandOutputs() as outputs:
+        outputs.add(out, graph_bytes(after, out))
+        if args.report or args.html:
+            with _status("comparing before and after"):
+                diff = result.diff()
+            if args.report:
+                outputs.add(args.report, _report_json(diff, result))
+            if args.html:
+                from smartstage.inspection.render.html import html_report
 
-            outputs.append((args.html, html_report(diff, result, title=f"SmartStage report: {src.name}",
-                                                   layout=args.layout, max_boxes=args.max_boxes)))
-    write_graph(result.meta_graph_def if result.meta_graph_def is not None else result.graph_def, out)
-    for path, text in outputs:
-        _write_text(path, text)
-    if args.tensorboard:
-        from smartstage.inspection.render.tensorboard import write_tensorboard
+                outputs.add(args.html, html_report(diff, result, title=f"SmartStage report: {src.name}",
+                                                   layout=args.layout, max_boxes=args.max_boxes))
+        if args.tensorboard:
+            from smartstage.inspection.render.tensorboard import write_tensorboard
 
-        meta_before = loaded.meta_graph_def
-        write_tensorboard(meta_before if meta_before is not None else result.original_graph_def,
-                          result.meta_graph_def if result.meta_graph_def is not None else result.graph_def,
-                          args.tensorboard)
-    _print_summary(result, out=", ".join([str(out)] + [p for p, _ in outputs]
-                                         + ([args.tensorboard] if args.tensorboard else [])))
+            before = loaded.meta_graph_def if loaded.meta_graph_def is not None else result.original_graph_def
+            outputs.add_tree(args.tensorboard, lambda folder: write_tensorboard(before, after, folder))
+        written = outputs.paths
+        outputs.commit()
+    _print_summary(result, out=", ".join(written))
     return EXIT_OK
 
 
@@ -59,23 +62,24 @@ def _diff(args) -> int:
     before, after = _load(args.before, "BEFORE"), _load(args.after, "AFTER")
     with _status("comparing"):
         diff = graph_diff(_source(before), _source(after))
-    outputs = []
-    if args.html:
-        from smartstage.inspection.render.html import html_report
+    from smartstage.cli.outputs import CommandOutputs
 
-        outputs.append((args.html, html_report(diff, title=f"SmartStage diff: {Path(args.before).name} -> "
+    with CommandOutputs() as outputs:
+        if args.html:
+            from smartstage.inspection.render.html import html_report
+
+            outputs.add(args.html, html_report(diff, title=f"SmartStage diff: {Path(args.before).name} -> "
                                                f"{Path(args.after).name}", layout=args.layout,
-                                               max_boxes=args.max_boxes)))
-    if args.dot:
-        from smartstage.inspection.render.dot import dot_source
+                                               max_boxes=args.max_boxes))
+        if args.dot:
+            from smartstage.inspection.render.dot import dot_source
 
-        outputs.append((args.dot, dot_source(diff, args.max_boxes)))
-    if args.svg:
-        from smartstage.inspection.render.svg import svg_drawing
+            outputs.add(args.dot, dot_source(diff, args.max_boxes))
+        if args.svg:
+            from smartstage.inspection.render.svg import svg_drawing
 
-        outputs.append((args.svg, svg_drawing(diff, args.max_boxes, layout=args.layout)))
-    for path, text in outputs:
-        _write_text(path, text)
+            outputs.add(args.svg, svg_drawing(diff, args.max_boxes, layout=args.layout))
+        outputs.commit()
     sys.stdout.write(json_report(diff) if args.json else text_report(diff, limit=None if args.all else 40))
     return EXIT_OK
 
@@ -87,7 +91,7 @@ def _explain(args) -> int:
 
     loaded = _load(args.graph)
     with _status("optimizing"):
-        explanation = explain(_source(loaded), args.node, targets=args.target, feeds=args.feed,
+        explanation = explain(_source(loaded), args.node, targets=args.target, feeds=_feed_values(args.feed)[0],
                               config=_config(args))
     if args.json:
         sys.stdout.write(json.dumps(explanation.to_dict(), indent=2) + "\n")
@@ -100,9 +104,11 @@ def _verify(args) -> int:
     from smartstage.inspection.verify_rewrite import verify_rewrite
 
     loaded = _load(args.graph)
+    feeds, feed_dict = _feed_values(args.feed)
     with _progress(args.steps) as progress:
         check = verify_rewrite(_source(loaded), args.steps, fetches=args.fetch or None, targets=args.target,
-                               feeds=args.feed, progress=progress, grappler=args.grappler, config=_config(args))
+                               feeds=feeds, progress=progress, grappler=args.grappler, config=_config(args),
+                               feed_dict=feed_dict or None)
     fetched = ", ".join(check.fetches)
     if check.identical:
         print(f"verify: {check.describe()}; fetched {fetched}")

@@ -1,5 +1,5 @@
-"""What every `smartstage` command shares: exit codes, the one-line failure, loading a graph, writing text
-files, the summary table and progress on a terminal.
+"""What every `smartstage` command shares: exit codes, the one-line failure, loading a graph, `--feed`
+values, the summary table and progress on a terminal (files are written by smartstage.cli.outputs).
 
     graph = _load("model.meta")          # a LoadedGraph, or _Fail("cannot read model.meta: ...")
 """
@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 EXIT_OK, EXIT_DIFFERENT, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -81,19 +79,23 @@ def _source(loaded):
     return loaded.meta_graph_def if loaded.meta_graph_def is not None else loaded.graph_def
 
 
-def _write_text(path: str, text: str) -> None:
-    """Writes text atomically: a temporary file in the same folder, renamed over `path`."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + target.name + ".", dir=str(target.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def _feed_values(specs: list[str]) -> tuple[list[str], dict]:
+    """`--feed NAME[=VALUE]`: the fed nodes, and the values verify feeds in both runs (VALUE: JSON)."""
+    import json
+
+    names, values = [], {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        names.append(name)
+        if not sep:
+            continue
+        try:
+            value = json.loads(text)
+        except ValueError:
+            raise _Fail(f"--feed {spec!r}: VALUE {text!r} is not a number or a JSON list; e.g. --feed {name}=0.5 "
+                        f"or --feed {name}='[1, 2]'") from None
+        values[name if ":" in name else name + ":0"] = value
+    return names, values
 
 
 def _print_summary(result, out=None) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import tempfile
 from pathlib import Path
-from smartstage.cli.common import EXIT_DIFFERENT, EXIT_OK, _print_summary, _progress, _report_json, _status, _write_text
+from smartstage.cli.common import EXIT_DIFFERENT, EXIT_OK, _print_summary, _progress, _report_json, _status
 
 DEMO_LIST_LIMIT, DEMO_PINNED_LIMIT = 20, 6  # the demo's text: every move, a taste of the pins
 
@@ -48,14 +48,17 @@ def _run_demo(args, workdir: Path) -> int:
         result = optimize(before, enable_smart_stage())
         diff = result.diff()
     if args.out:
-        from smartstage.graph.load import write_graph
+        from smartstage.cli.outputs import CommandOutputs
+        from smartstage.graph.load import graph_bytes
         from smartstage.inspection.render.html import html_report
 
-        write_graph(before, workdir / "before.meta")
-        write_graph(result.meta_graph_def, workdir / "after.meta")
-        _write_text(str(workdir / "report.json"), _report_json(diff, result))
-        _write_text(str(workdir / "report.html"), html_report(diff, result, title="SmartStage demo",
-                                                              layout=args.layout, max_boxes=args.max_boxes))
+        with CommandOutputs() as outputs:  # the four files together, or none
+            for path, graph in ((workdir / "before.meta", before), (workdir / "after.meta", result.meta_graph_def)):
+                outputs.add(path, graph_bytes(graph, path))
+            outputs.add(workdir / "report.json", _report_json(diff, result))
+            outputs.add(workdir / "report.html", html_report(diff, result, title="SmartStage demo",
+                                                             layout=args.layout, max_boxes=args.max_boxes))
+            outputs.commit()
     sys.stdout.write(json_report(diff) if args.json else text_report(diff, limit=DEMO_LIST_LIMIT, pinned_limit=DEMO_PINNED_LIMIT))
     if not args.json:
         print()

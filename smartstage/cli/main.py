@@ -28,14 +28,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     _quiet_tensorflow()
-    from smartstage.errors import SmartStageError
+    from smartstage.cli.messages import no_stage_message, op_error_message
+    from smartstage.errors import NoStageError, SmartStageError
 
     try:
         return args.run(args)
+    except NoStageError as e:
+        _error(no_stage_message(e, bool(getattr(args, "auto_stage", False))))
     except (SmartStageError, _Fail) as e:
         _error(str(e))
-    except OSError as e:
-        _error(f"{e.strerror or e}: {e.filename}" if getattr(e, "filename", None) else str(e))
+    except OSError as e:  # the path the user gave (outputs never report their temporary files)
+        _error(f"{e.filename}: {e.strerror or e}" if getattr(e, "filename", None) else str(e))
     except KeyboardInterrupt:
         print("smartstage: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -44,8 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if not isinstance(e, tf.errors.OpError):
             raise
-        first = (e.message or str(e)).strip().splitlines()[0]
-        _error(f"the graph failed to run ({type(e).__name__}): {first}")
+        _error(op_error_message(e))
     return EXIT_ERROR
 
 
@@ -127,8 +129,9 @@ def _parser() -> argparse.ArgumentParser:
 def _selection_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", action="append", default=[], metavar="NAME",
                    help="a node the training step fetches (stays on the main side; repeatable)")
-    p.add_argument("--feed", action="append", default=[], metavar="NAME",
-                   help="a node the training step feeds (repeatable)")
+    p.add_argument("--feed", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="a node the training step feeds (repeatable); verify feeds VALUE (JSON: a number or a "
+                        "list) to it in both runs")
     p.add_argument("--auto-stage", action="store_true",
                    help="insert a stage at every input source (iterator, queue dequeue, reader) no stage covers")
 

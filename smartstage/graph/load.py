@@ -91,8 +91,8 @@ def _load_file(path: Path) -> LoadedGraph:
         raise GraphError(f"graph file {str(path)!r} is not a valid {kind} (truncated or another format?): {e}") from None
 
 
-def write_graph(graph, path) -> None:
-    """Writes a GraphDef or MetaGraphDef in the format of `path`'s extension, atomically."""
+def graph_bytes(graph, path) -> bytes:
+    """The bytes of a GraphDef or MetaGraphDef in the format of `path`'s extension (GraphError otherwise)."""
     path = Path(path)
     if path.suffix not in FORMATS:
         raise GraphError(f"cannot write {str(path)!r}: use one of the extensions {FORMATS}")
@@ -100,19 +100,60 @@ def write_graph(graph, path) -> None:
         raise GraphError(f"cannot write {str(path)!r}: a .meta file needs a MetaGraphDef (optimize a .meta input)")
     if path.suffix == ".pb" and isinstance(graph, meta_graph_pb2.MetaGraphDef):
         graph = graph.graph_def
-    payload = text_format.MessageToString(graph).encode() if path.suffix == ".pbtxt" else graph.SerializeToString()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=str(path.parent))
+    return text_format.MessageToString(graph).encode() if path.suffix == ".pbtxt" else graph.SerializeToString()
+
+
+def write_graph(graph, path) -> None:
+    """Writes a GraphDef or MetaGraphDef in the format of `path`'s extension, atomically.
+
+        before:  write_graph(meta, "out.meta")   # a crash mid-write could leave a truncated out.meta
+        after:   out.meta is the whole graph or, on failure, what it was before (an OSError names out.meta)
+    """
+    path = Path(path)
+    tmp = temp_file_beside(path, graph_bytes(graph, path))
+    try:
+        os.replace(tmp, path)
+    except OSError as e:
+        os.unlink(tmp)
+        raise user_path_error(e, path) from None
+
+
+def new_file_mode() -> int:
+    """The mode a file the user creates gets: 0666 less the umask (0644 under umask 022).
+
+    mkstemp's files are 0600 whatever the umask; outputs are ordinary files the user shares and reads."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def user_path_error(error: OSError, path) -> OSError:
+    """`error` naming the user's `path` instead of a temporary file beside it (or no file)."""
+    return type(error)(error.errno, error.strerror or str(error), str(path))
+
+
+def temp_file_beside(path, payload: bytes) -> str:
+    """Writes `payload` to a new temporary file in `path`'s folder (created if missing), flushed to disk,
+    with the mode of a new file; returns its name. Renaming it over `path` commits it. OSError names `path`."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=str(path.parent))
+    except OSError as e:
+        raise user_path_error(e, path) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.chmod(tmp, new_file_mode())
+    except OSError as e:
+        os.unlink(tmp)
+        raise user_path_error(e, path) from None
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        os.unlink(tmp)
         raise
+    return tmp
 
 
 def stage_defs_of(meta: meta_graph_pb2.MetaGraphDef | None) -> list[StageDef]:

@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.protobuf import queue_runner_pb2
 
 from smartstage.errors import TargetError
 from smartstage.graph.view import GraphView
@@ -80,16 +81,31 @@ def _stage_defs(loaded) -> list[StageDef]:
     view = GraphView(loaded.graph_def)
     covered = {d.put_node for d in defs}
     stages, _ = find_stages(view, defs)
+    run_by_queue_runners = _queue_runner_puts(loaded.meta_graph_def)
     for s in stages:
-        if s.put in covered:
-            continue
-        close = next((n for n in s.related if view.op(n) in ("QueueCloseV2", "QueueClose")), "")
+        if s.put in covered or s.put in run_by_queue_runners:
+            continue  # start_queue_runners runs this put: a second producer would reorder the batches
+        closes = {bool(view.node(n).attr["cancel_pending_enqueues"].b): n
+                  for n in s.related if view.op(n) in ("QueueCloseV2", "QueueClose")}
+        # The cancel op wakes a put blocked on a full buffer when the run stops (a plain close does not).
         defs.append(StageDef(name=s.name, kind=PROTO_OF_KIND[s.kind], buffer_node=s.buffer, put_node=s.put,
-                             take_node=s.take, close_node=close, num_threads=1, capacity=1,
-                             closed_error_codes=[tf.errors.OUT_OF_RANGE], origin="structural"))
+                             take_node=s.take, close_node=closes.get(False, ""), cancel_node=closes.get(True, ""),
+                             num_threads=1, capacity=1, closed_error_codes=[tf.errors.OUT_OF_RANGE],
+                             origin="structural"))
     for d in defs:
         d.num_threads = 1  # one prefetch thread: batches in input order, runs comparable step by step
     return defs
+
+
+def _queue_runner_puts(meta) -> set[str]:
+    """The enqueue ops the QueueRunners of a MetaGraphDef run."""
+    key = tf.compat.v1.GraphKeys.QUEUE_RUNNERS
+    if meta is None or key not in meta.collection_def:
+        return set()
+    puts: set[str] = set()
+    for raw in meta.collection_def[key].bytes_list.value:
+        puts.update(n.split(":")[0] for n in queue_runner_pb2.QueueRunnerDef.FromString(raw).enqueue_op_name)
+    return puts
 
 
 def _import(loaded, graph: tf.Graph):
@@ -134,6 +150,7 @@ def run_steps(graph, fetches: Sequence[str], steps: int, *, init_ops: Sequence[s
 
     Without `config`, TensorFlow's own graph rewrites are off (see as_written_config)."""
     from smartstage.runtime import start_prefetch_threads
+    from smartstage.runtime.runner import STOP_JOIN_SECONDS
 
     loaded = load_graph(graph)
     graph_obj = tf.Graph()
@@ -165,11 +182,17 @@ def run_steps(graph, fetches: Sequence[str], steps: int, *, init_ops: Sequence[s
             variables = {v.op.name: v for v in graph_obj.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
             run.variables = dict(zip(variables, (np.asarray(x) for x in sess.run(list(variables.values())))))
         finally:
-            threads.stop()
+            threads.request_stop()  # runs each stage's cancel op: a put blocked on a full buffer wakes
             coord.request_stop()
+            # Closing the session ends the runs no cancel op reaches (a put blocked upstream, a queue without a
+            # cancel op), so the joins below return at once instead of waiting out their timeout.
+            sess.close()
+            if not threads.join(STOP_JOIN_SECONDS):
+                logger.warning("prefetch threads still running %.0f s after the run: %s", STOP_JOIN_SECONDS,
+                               [t.name for t in threads.threads if t.is_alive()])
             try:
-                coord.join(queue_threads, stop_grace_period_secs=10)
-            except tf.errors.OutOfRangeError:
+                coord.join(queue_threads, stop_grace_period_secs=STOP_JOIN_SECONDS)
+            except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
                 pass
     return run
 

@@ -74,7 +74,11 @@ def verify_rewrite(graph, steps: int = 10, *, fetches: Sequence[str] | None = No
     loaded = load_graph(graph)
     source = loaded.meta_graph_def if loaded.meta_graph_def is not None else loaded.graph_def
     if result is None:
-        result = optimize(source, config if config is not None else enable_smart_stage(), targets=targets, feeds=feeds)
+        # What is compared is fetched by the step: a target (an output of a take then keeps crossing the stage).
+        fetched = [fetches] if isinstance(fetches, str) else list(fetches or ())
+        listed = [targets] if isinstance(targets, str) or hasattr(targets, "graph") else list(targets or ())
+        result = optimize(source, config if config is not None else enable_smart_stage(),
+                          targets=listed + fetched, feeds=feeds)
     names = list(fetches) if fetches else default_fetches(loaded.meta_graph_def)
     if not names:
         raise TargetError("nothing to compare: the graph has no train_op, losses or smartstage_targets collection "
