@@ -36,6 +36,7 @@ from smartstage.protos.stage_pb2 import FeedDef, StageDef
 from smartstage.config.error_codes import error_codes
 from smartstage.graph.stages import missing_hook_message
 from smartstage.runtime.metadata import add_stage_def
+from smartstage.runtime.arguments import check_staged_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +172,7 @@ def staged(
         before:  x, y = parse(batch)
         after:   x, y = ss.staged([x, y], capacity=2)   # + hooks=[ss.make_prefetch_hook()]
     """
+    check_staged_arguments(features, feed_dict, name)
     _check_arguments(capacity, num_threads, num_clients, timeout_millis,
                      stage_subgraph_thread_pool_id, stage_subgraph_stream_id)
     closed_codes = error_codes(closed_exception_types, "staged(closed_exception_types=...)")
