@@ -401,3 +401,23 @@ class GraphView:
             if tensor.port < len(shapes):
                 return shapes[tensor.port]
         return None
+
+    # -- interoperability ------------------------------------------------------------------------
+    def to_networkx(self):
+        """The graph as a networkx.MultiDiGraph: one edge per input, from producer to consumer.
+
+            before:  view.inputs("loss")                        # SmartStage's own index
+            after:   nx.descendants(view.to_networkx(), "stage/take")   # any networkx algorithm
+
+        Node attribute `op` (the op type); edge key: the input's index on the consumer; edge attributes
+        `port` (the producer's output, -1 for a control edge) and `control`. Inputs naming a missing node
+        add that node without an `op`.
+        """
+        import networkx as nx  # imported here: nothing else in the optimizer needs it
+
+        graph = nx.MultiDiGraph()
+        graph.add_nodes_from((name, {"op": self.op(name)}) for name in self.names())
+        for name in self.names():
+            for index, (src, port) in enumerate(self.inputs(name)):
+                graph.add_edge(src, name, key=index, port=port, control=port == CONTROL_PORT)
+        return graph
