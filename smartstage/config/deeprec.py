@@ -7,10 +7,16 @@ under the package `smartstage.deeprec` with DeepRec's fields added to OptimizerO
 Field numbers: do_smart_stage = 5001, do_smart_stage_gpu = 5002, stage_multi_stream = 5003,
 smart_stage_options = 5004 (DeepRec's own numbers clash with stock fields). Every stock field keeps its
 number, so a stock ConfigProto is one serialisation away.
+
+DeepRec's other optimizer options (do_op_fusion, micro_batch_num, do_async_embedding,
+embedding_layer_device_placement_optimization; 5005-5008) are fields too, so a model-zoo script that sets
+them runs: they are logged once as not applied (stock TensorFlow has none of these optimizations).
+stage_subgraph_on_cpu (5009), DeepRec's newer spelling of the GPU flag, means do_smart_stage_gpu.
 """
 
 from __future__ import annotations
 
+import logging
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from tensorflow.core.protobuf import config_pb2
@@ -18,6 +24,7 @@ from tensorflow.core.protobuf import config_pb2
 from smartstage.config.error_codes import OUT_OF_RANGE, error_codes
 from smartstage.errors import ConfigError
 
+logger = logging.getLogger(__name__)
 
 _DEEPREC_PACKAGE = "smartstage.deeprec"
 
@@ -26,6 +33,12 @@ _ADDED_FIELDS = {"do_smart_stage": 5001, "do_smart_stage_gpu": 5002, "stage_mult
 
 
 _SMART_STAGE_OPTIONS_FIELD = 5004
+
+# DeepRec's optimizer options that stock TensorFlow cannot apply: (field number, type).
+_NOT_APPLIED_FIELDS = {"do_op_fusion": (5005, "bool"), "micro_batch_num": (5006, "int32"),
+                       "do_async_embedding": (5007, "bool"),
+                       "embedding_layer_device_placement_optimization": (5008, "bool")}
+_STAGE_SUBGRAPH_ON_CPU_FIELD = 5009
 
 
 def _build_deeprec_config_class():
@@ -55,6 +68,12 @@ def _build_deeprec_config_class():
             for fname, number in _ADDED_FIELDS.items():
                 message.field.add(name=fname, number=number, type=descriptor_pb2.FieldDescriptorProto.TYPE_BOOL,
                                   label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+            F = descriptor_pb2.FieldDescriptorProto
+            for fname, (number, kind) in _NOT_APPLIED_FIELDS.items():
+                message.field.add(name=fname, number=number, type=F.TYPE_BOOL if kind == "bool" else F.TYPE_INT32,
+                                  label=F.LABEL_OPTIONAL)
+            message.field.add(name="stage_subgraph_on_cpu", number=_STAGE_SUBGRAPH_ON_CPU_FIELD, type=F.TYPE_BOOL,
+                              label=F.LABEL_OPTIONAL)
             message.field.add(name="smart_stage_options", number=_SMART_STAGE_OPTIONS_FIELD,
                               type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
                               type_name=f".{_DEEPREC_PACKAGE}.SmartStageOptions",
@@ -131,6 +150,25 @@ def deeprec_smart_stage_options(capacity: int = 1, num_threads: int = 1, num_cli
     runner.run_options.use_stage_subgraph_thread_pool = use_stage_subgraph_thread_pool
     runner.run_options.stage_subgraph_thread_pool_id = stage_subgraph_thread_pool_id
     return options
+
+
+_logged_not_applied: set[str] = set()
+
+
+def deeprec_gpu_flag(optimizer_options) -> bool:
+    """DeepRec's GPU flag in either spelling (do_smart_stage_gpu, or the newer stage_subgraph_on_cpu); logs, once
+    per option, each DeepRec optimizer option set in the config that stock TensorFlow cannot apply.
+
+        before:  config.graph_options.optimizer_options.do_op_fusion = True   # AttributeError on stock TF
+        after:   accepted; "do_op_fusion=True ... not applied" logged once
+    """
+    for fname in _NOT_APPLIED_FIELDS:
+        value = getattr(optimizer_options, fname)
+        if value and fname not in _logged_not_applied:
+            _logged_not_applied.add(fname)
+            logger.warning("ConfigProto optimizer_options.%s=%s is a DeepRec optimization stock TensorFlow does not "
+                           "have: accepted, not applied", fname, value)
+    return optimizer_options.do_smart_stage_gpu or optimizer_options.stage_subgraph_on_cpu
 
 
 def _is_deeprec_config(config) -> bool:

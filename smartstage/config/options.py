@@ -35,7 +35,7 @@ from tensorflow.core.protobuf import config_pb2
 
 from smartstage.config.error_codes import OUT_OF_RANGE, error_codes
 from smartstage.errors import ConfigError
-from smartstage.config.deeprec import _is_deeprec_config, deeprec_smart_stage_options
+from smartstage.config.deeprec import _is_deeprec_config, deeprec_gpu_flag, deeprec_smart_stage_options
 
 OPTIMIZER_NAME = "SmartStage"
 
@@ -144,9 +144,10 @@ def options_from_config(config=None, **overrides: Any) -> SmartStageOptions:
         pass
     elif _is_deeprec_config(config):
         oo = config.graph_options.optimizer_options
-        on = oo.do_smart_stage or oo.do_smart_stage_gpu
+        gpu = deeprec_gpu_flag(oo)  # also stage_subgraph_on_cpu; logs DeepRec options not applied
+        on = oo.do_smart_stage or gpu
         auto = _auto_stage_from_deeprec(oo.smart_stage_options) if on and oo.HasField("smart_stage_options") else None
-        options = SmartStageOptions(do_smart_stage=oo.do_smart_stage, do_smart_stage_gpu=oo.do_smart_stage_gpu,
+        options = SmartStageOptions(do_smart_stage=oo.do_smart_stage, do_smart_stage_gpu=gpu,
                                     stage_multi_stream=oo.stage_multi_stream, auto_stage=auto, source="ss.ConfigProto")
     elif isinstance(config, config_pb2.ConfigProto):
         entry = _custom_optimizer(config)

@@ -335,6 +335,8 @@ class AutoStage:
     """Pass: a stage at every input source the training step reads that no stage covers."""
 
     name = "auto_stage"
+    requires = ("stages",)
+    provides = ("stages", "auto_stage")
 
     def run(self, graph_def: graph_pb2.GraphDef, ctx: PassContext) -> PassResult:
         options = ctx.options.auto_stage
@@ -368,7 +370,7 @@ class AutoStage:
         inserted = tuple(InsertedStage(nodes.name, source, tuple(nodes.stage_def.boundary_tensors), nodes.names,
                                        bool(source.initializers)) for source, nodes in chosen)
         report = AutoStageReport(tuple(final), inserted, tuple(notes))
-        ctx.extra["auto_stage"] = report
+        ctx.auto_stage = report
         if not chosen:
             return PassResult(graph_def, changed=False, summary=tuple(lines), details=report)
         new = insert_stages(graph_def, view, chosen)

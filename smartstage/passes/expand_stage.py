@@ -18,6 +18,8 @@ from smartstage.passes.rewrite import describe_dtypes, rebuild_boundary
 
 class ExpandStage:
     name = "expand_stage"
+    requires = ("partitions",)
+    provides = ()
 
     def run(self, graph_def: graph_pb2.GraphDef, ctx: PassContext) -> PassResult:
         view = ctx.view_of(graph_def)
@@ -27,7 +29,7 @@ class ExpandStage:
             return PassResult(graph_def, changed=False, summary=tuple(summary))
         new = graph_pb2.GraphDef()
         new.CopyFrom(graph_def)
-        shape_of = ctx.extra.get("shape_of") or _shapes_from(view)
+        shape_of = _shapes_from(view)
         boundary_types = {}
         edited: set[str] = set()
         for p in todo:
@@ -44,7 +46,6 @@ class ExpandStage:
                 del p.stage.stage_def.boundary_tensors[:]
                 p.stage.stage_def.boundary_tensors.extend(p.boundary_after)
         _move_late_puts(new, view, [p.stage.put for p in todo])
-        ctx.extra["boundary_types"] = boundary_types
         return PassResult(new, changed=True, summary=tuple(summary), details=boundary_types,
                           edited=frozenset(edited), base_view=view)
 

@@ -26,6 +26,8 @@ class FindStages:
     """Pass: finds the stage boundaries (analysis only); NoStageError when there is none."""
 
     name = "find_stages"
+    requires = ()
+    provides = ("stages",)
 
     def run(self, graph_def, ctx):
         from smartstage.errors import NoStageError

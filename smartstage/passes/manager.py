@@ -7,6 +7,11 @@
 A pass gets the current GraphDef and the shared PassContext, and returns a PassResult: the (new) graph,
 whether it changed the graph (computed, never assumed), and summary lines saying what and why. A failing
 pass is reported with its name and the passes that ran before it.
+
+The contract is declared, and checked when the Pipeline is built: each pass names the PassContext
+fields it `requires` (set before it runs) and the ones it `provides` (sets for later passes), so
+`Pipeline([Partition(), FindStages()])` fails at once ("partition requires stages, which no earlier
+pass provides") instead of running on an empty analysis.
 """
 
 from __future__ import annotations
@@ -26,18 +31,27 @@ from smartstage.passes.verify import verify_graph
 logger = logging.getLogger(__name__)
 
 
+# The PassContext fields that hold what optimize() knows before any pass runs.
+GIVEN = frozenset({"options", "targets", "target_ports", "feeds", "stage_defs"})
+
+
 @dataclass
 class PassContext:
-    """What passes share: options, targets and feeds, stage descriptions, and the analyses so far."""
+    """What passes share: options, targets and feeds, stage descriptions, and the analyses so far.
+    Every field is typed; a pass declares which ones it requires and provides (see Pipeline)."""
 
     options: SmartStageOptions
     targets: set[str] = field(default_factory=set)
+    # target node -> the output ports fetched ("x:1" fetches port 1 only); None: every port of a target
+    target_ports: dict[str, set[int]] | None = None
     feeds: set[str] = field(default_factory=set)
     stage_defs: list[StageDef] = field(default_factory=list)
-    stages: list = field(default_factory=list)  # [StageBoundary], set by find_stages
-    partitions: list = field(default_factory=list)  # [StagePartition], set by partition
+    stages: list = field(default_factory=list)  # [StageBoundary], provided by find_stages (and auto_stage)
+    partitions: list = field(default_factory=list)  # [StagePartition], provided by partition
+    auto_stage: Any = None  # AutoStageReport, provided by auto_stage
+    gpu_placement: dict = field(default_factory=dict)  # stage -> StagePlacement, provided by gpu_placement
+    multi_stream: dict = field(default_factory=dict)  # stage -> StreamReport, provided by multi_stream
     notes: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)  # per-pass data for later passes and the report
     _views: dict[int, Any] = field(default_factory=dict, repr=False)
 
     def view_of(self, graph_def: graph_pb2.GraphDef):
@@ -49,6 +63,10 @@ class PassContext:
         if cached is None or cached.graph_def is not graph_def:
             cached = self._views[key] = GraphView(graph_def)
         return cached
+
+    def remember(self, view) -> None:
+        """Keeps a view already built for `view.graph_def` (the verifier's), so no pass builds it again."""
+        self._views[id(view.graph_def)] = view
 
 
 @dataclass(frozen=True)
@@ -76,6 +94,8 @@ class PassReport:
 
 class Pass(Protocol):
     name: str
+    requires: tuple[str, ...]  # PassContext fields this pass reads that some earlier pass must provide
+    provides: tuple[str, ...]  # PassContext fields this pass sets
 
     def run(self, graph_def: graph_pb2.GraphDef, ctx: PassContext) -> PassResult: ...
 
@@ -86,6 +106,7 @@ class Pipeline:
     def __init__(self, passes: list[Pass], verify: bool = True):
         self.passes = list(passes)
         self.verify = verify
+        _check_order(self.passes)
 
     @property
     def names(self) -> list[str]:
@@ -100,7 +121,7 @@ class Pipeline:
                 result = p.run(graph_def, ctx)
                 if self.verify and result.changed:
                     view = verify_graph(result.graph_def, ctx.stages, base=result.base_view, edited=result.edited)
-                    ctx._views[id(result.graph_def)] = view
+                    ctx.remember(view)
             except PassError:
                 raise
             except SmartStageError as e:
@@ -116,3 +137,16 @@ class Pipeline:
             reports.append(PassReport(p.name, result.changed, seconds, result.summary, result.details))
             graph_def = result.graph_def
         return graph_def, reports
+
+
+def _check_order(passes: list[Pass]) -> None:
+    """Every field a pass requires is given to optimize() or provided by a pass before it."""
+    known = set(GIVEN)
+    for i, p in enumerate(passes):
+        missing = [f for f in getattr(p, "requires", ()) if f not in known]
+        if missing:
+            before = [q.name for q in passes[:i]]
+            raise PassError(f"pass {p.name!r} requires {', '.join(missing)}, which no earlier pass provides "
+                            f"(passes before it: {before or 'none'}); put a pass that provides it first",
+                            p.name, tuple(before))
+        known.update(getattr(p, "provides", ()))

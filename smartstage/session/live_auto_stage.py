@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 def auto_stage_names(result) -> set[str]:
     """The names of the stages auto-stage inserted in `result` (an OptimizeResult)."""
-    report = result.extra.get("auto_stage")
+    report = result.auto_stage
     return {s.name for s in report.inserted} if report is not None else set()
 
 
@@ -37,7 +37,7 @@ def apply_auto_stages(graph: tf.Graph, result, record) -> list:
     records them in `record` (a LiveRewrite). Returns a LiveStage per stage."""
     from smartstage.session.record import LiveStage, _set_control_inputs
 
-    report = result.extra.get("auto_stage")
+    report = result.auto_stage
     if report is None or not report.inserted:
         return []
     new_names = {n for s in report.inserted for n in s.node_names}

@@ -20,7 +20,7 @@ from typing import Iterable
 import tensorflow as tf
 from tensorflow.python.training import monitored_session
 
-from smartstage.config.options import options_from_config, to_session_config
+from smartstage.config.options import SmartStageOptions, options_from_config, to_session_config
 from smartstage.errors import StageRuntimeError
 from smartstage.session.fetches import FetchMapper
 from smartstage.session.record import LiveRewrite
@@ -162,6 +162,29 @@ class SmartMonitoredSession:
         return getattr(self._session, name)
 
 
+def smart_hooks(graph: tf.Graph, options: SmartStageOptions, hooks=None, chief_only_hooks=None, is_chief: bool = True,
+                targets=None) -> tuple[LiveRewrite | None, FetchMapper, list, list]:
+    """What every monitored session does before the hooks' begin(): checks the prefetch hook, rewrites `graph`
+    when `options` turn SmartStage on, and wraps the hooks so their fetches are mapped.
+
+        before:  MonitoredSession(creator, hooks=hooks)                       # the graph as built
+        after:   record, mapper, hooks, _ = smart_hooks(graph, options, hooks)  # then the stock session
+    """
+    hooks = list(hooks or [])
+    chief_only_hooks = list(chief_only_hooks or [])
+    require_prefetch_hook(graph, hooks + (chief_only_hooks if is_chief else []))
+    record = prepare_graph(graph, options, targets)
+    require_prefetch_hook(graph, hooks + (chief_only_hooks if is_chief else []))  # stages auto-stage inserted
+    mapper = FetchMapper(record)
+    if mapper.active:
+        def wrap(hook):
+            return hook if isinstance(hook, PrefetchHook) else _MappedHook(hook, mapper)
+
+        hooks = [wrap(h) for h in hooks] + [_AdoptLateOpsHook(graph, record)]
+        chief_only_hooks = [wrap(h) for h in chief_only_hooks]
+    return record, mapper, hooks, chief_only_hooks
+
+
 def MonitoredTrainingSession(  # noqa: N802  (TensorFlow's name)
     master="",
     is_chief=True,
@@ -191,19 +214,8 @@ def MonitoredTrainingSession(  # noqa: N802  (TensorFlow's name)
     tf.compat.v1.ConfigProto, and only its stock fields reach TensorFlow. `targets`: tensors, ops or
     node names you fetch that must stay on the main side (besides the marked targets).
     """
-    graph = tf.compat.v1.get_default_graph()
-    hooks = list(hooks or [])
-    chief_only_hooks = list(chief_only_hooks or [])
-    require_prefetch_hook(graph, hooks + (chief_only_hooks if is_chief else []))
-    record = prepare_graph(graph, options_from_config(config), targets)  # the flags, parsed once
-    require_prefetch_hook(graph, hooks + (chief_only_hooks if is_chief else []))  # stages auto-stage inserted
-    mapper = FetchMapper(record)
-    if mapper.active:
-        def wrap(hook):
-            return hook if isinstance(hook, PrefetchHook) else _MappedHook(hook, mapper)
-
-        hooks = [wrap(h) for h in hooks] + [_AdoptLateOpsHook(graph, record)]
-        chief_only_hooks = [wrap(h) for h in chief_only_hooks]
+    record, mapper, hooks, chief_only_hooks = smart_hooks(
+        tf.compat.v1.get_default_graph(), options_from_config(config), hooks, chief_only_hooks, is_chief, targets)
     session = tf.compat.v1.train.MonitoredTrainingSession(
         master=master, is_chief=is_chief, checkpoint_dir=checkpoint_dir, scaffold=scaffold, hooks=hooks,
         chief_only_hooks=chief_only_hooks, save_checkpoint_secs=save_checkpoint_secs,
@@ -216,4 +228,4 @@ def MonitoredTrainingSession(  # noqa: N802  (TensorFlow's name)
     return SmartMonitoredSession(session, mapper, record)
 
 
-__all__ = ["MonitoredTrainingSession", "SmartMonitoredSession", "require_prefetch_hook"]
+__all__ = ["MonitoredTrainingSession", "SmartMonitoredSession", "require_prefetch_hook", "smart_hooks"]

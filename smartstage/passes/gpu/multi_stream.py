@@ -71,6 +71,8 @@ class MultiStream:
     """Pass: writes `_stream_id` on the put and the prefetch side of every stage."""
 
     name = "multi_stream"
+    requires = ("stages",)
+    provides = ("multi_stream",)
 
     def run(self, graph_def: graph_pb2.GraphDef, ctx: PassContext) -> PassResult:
         view = ctx.view_of(graph_def)
@@ -104,7 +106,7 @@ class MultiStream:
                 tagged.append(name)
             reports.append(StageStreams(stage.name, stream, source, tuple(tagged), already, tuple(overwritten),
                                         tuple(skipped)))
-        ctx.extra["multi_stream"] = {r.stage: r for r in reports}
+        ctx.multi_stream = {r.stage: r for r in reports}
         summary = [r.summary_line() for r in reports]
         summary.append(f"{STREAM_ATTR} is read by DeepRec's multi-stream runtime; stock TensorFlow ignores it")
         if not wanted:

@@ -29,7 +29,7 @@ Runs after expand_stage. Per stage:
    Reshape, Fill, Slice, ...): the put gets `_input_hostmem`, the take `_output_hostmem` (attributes stock
    TensorFlow's MemoryTypesForNode honours), so no int32 shape ever makes a round trip to the GPU.
 
-The report (summary, details, ctx.extra["gpu_placement"]) lists per stage every device change
+The report (summary, details, ctx.gpu_placement) lists per stage every device change
 (from -> to), every copy made, every node left and why, and for each boundary tensor where its copy to
 the GPU now happens.
 
@@ -85,6 +85,8 @@ class GpuPlacement:
     """Pass: places each stage's prefetch side on its task's CPU and its buffer on the main side's GPU."""
 
     name = "gpu_placement"
+    requires = ("stages",)
+    provides = ("gpu_placement",)
 
     def __init__(self, main_device: str | None = None, max_copy_bytes: int = MAX_COPY_BYTES):
         # main_device: the GPU the main side runs on, for graphs that leave the main side unplaced.
@@ -95,11 +97,11 @@ class GpuPlacement:
         view = ctx.view_of(graph_def)
         stages = list(ctx.stages)
         if not stages:
-            ctx.extra["gpu_placement"] = {}
+            ctx.gpu_placement = {}
             return PassResult(graph_def, changed=False, summary=("no stage: nothing to place",), details=())
         planner = _Planner(view, stages, self.main_device, self.max_copy_bytes)
         placements = planner.plan()
-        ctx.extra["gpu_placement"] = {p.stage: p for p in placements}
+        ctx.gpu_placement = {p.stage: p for p in placements}
         summary = [line for p in placements for line in p.summary_lines()]
         if planner.edits.empty:
             summary.append("nothing to place: every prefetch-side node is on its CPU already and no buffer needs "

@@ -4,7 +4,7 @@
                    buffer_device_after="/device:GPU:0", device_changes=(DeviceChange("hash", "/device:GPU:0",
                    "/device:CPU:0", "prefetch side"), ...), boundary=(BoundaryCopy("hash:0", ...), ...))
 
-One per stage in PassResult.details and ctx.extra["gpu_placement"]; `as_dict()` gives plain JSON.
+One per stage in PassResult.details and ctx.gpu_placement; `as_dict()` gives plain JSON.
 """
 
 from __future__ import annotations

@@ -234,7 +234,7 @@ def test_main_device_option_places_the_buffer_for_an_unplaced_model():
     graph_def, _ = Pipeline([FindStages(), Partition(), ExpandStage(), GpuPlacement(main_device="/gpu:0")]).run(
         model_graph(main="", prefetch=""), ctx)
     assert node(graph_def, "stage/take").device == GPU0
-    assert ctx.extra["gpu_placement"]["stage"].main_device == GPU0
+    assert ctx.gpu_placement["stage"].main_device == GPU0
 
 
 def test_nothing_to_place_reports_no_change():

@@ -1,0 +1,144 @@
+"""DeepRec-only APIs of the model-zoo scripts: mapped where stock TensorFlow computes the same, else one clear error.
+
+    before:  tf.train.AdamAsyncOptimizer(0.01)      # AttributeError: module ... has no attribute
+    after:   DeepRecFeatureError: tf.train.AdamAsyncOptimizer is DeepRec-only (...); run the script
+             with --optimizer adam
+
+Each entry names the feature, why stock TensorFlow cannot run it, and the model-zoo flag that turns it
+off; docs/porting-deeprec.md has the same list. Names are resolved when called, not when looked up,
+so `hasattr(tf.train, "AdamAsyncOptimizer")` still answers True, as on DeepRec.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import tensorflow as _tf
+
+from smartstage.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+class DeepRecFeatureError(ConfigError):
+    """A DeepRec-only feature that stock TensorFlow cannot run: the message names the script flag that turns it off."""
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """One DeepRec-only API: its `tf.` name, why stock TensorFlow has no equivalent, the flag that turns it off."""
+
+    name: str
+    reason: str
+    turn_off: str
+
+    def message(self) -> str:
+        return (f"{self.name} is DeepRec-only ({self.reason}); stock TensorFlow has no equivalent: "
+                f"run the script with {self.turn_off}")
+
+
+UNSUPPORTED = {
+    "train.AdamAsyncOptimizer": Unsupported(
+        "tf.train.AdamAsyncOptimizer", "Adam whose beta powers are per-variable slots updated without locks, "
+        "so its updates differ from AdamOptimizer's", "--optimizer adam"),
+    "train.AdagradDecayOptimizer": Unsupported(
+        "tf.train.AdagradDecayOptimizer", "Adagrad whose accumulators decay on a global-step schedule",
+        "--optimizer adagrad"),
+    "EmbeddingVariableConfig": Unsupported(
+        "tf.EmbeddingVariableConfig", "configures DeepRec's EmbeddingVariable kernels", "--ev False"),
+    "get_embedding_variable": Unsupported(
+        "tf.get_embedding_variable", "a dynamically growing hash-table variable (EmbeddingVariable)", "--ev False"),
+    "feature_column.categorical_column_with_embedding": Unsupported(
+        "tf.feature_column.categorical_column_with_embedding",
+        "a column backed by an EmbeddingVariable, a hash table that grows with the ids it sees", "--ev False"),
+    "feature_column.categorical_column_with_adaptive_embedding": Unsupported(
+        "tf.feature_column.categorical_column_with_adaptive_embedding",
+        "an embedding split between a static table and an EmbeddingVariable", "--adaptive_emb False"),
+    "feature_column.group_embedding_column_scope": Unsupported(
+        "tf.feature_column.group_embedding_column_scope", "DeepRec's grouped embedding lookup kernels",
+        "--group_embedding None (leave the flag out)"),
+    "GlobalStepEvict": Unsupported(
+        "tf.GlobalStepEvict", "evicts EmbeddingVariable ids by age", "--ev_elimination None (leave the flag out)"),
+    "L2WeightEvict": Unsupported(
+        "tf.L2WeightEvict", "evicts EmbeddingVariable ids by weight norm", "--ev_elimination None (leave the flag out)"),
+    "CounterFilter": Unsupported(
+        "tf.CounterFilter", "admits ids into an EmbeddingVariable by frequency", "--ev_filter None (leave the flag out)"),
+    "CBFFilter": Unsupported(
+        "tf.CBFFilter", "admits ids into an EmbeddingVariable through a counting Bloom filter",
+        "--ev_filter None (leave the flag out)"),
+}
+
+WORK_QUEUE = Unsupported(
+    "tensorflow.python.ops.work_queue.WorkQueue", "a shared queue of file names served by DeepRec's kernels",
+    "--workqueue False")
+PARQUET_DATASET = Unsupported(
+    "tensorflow.python.data.experimental.ops.parquet_dataset_ops.ParquetDataset",
+    "DeepRec's Parquet reader kernels", "--parquet_dataset False (the CSV input)")
+KEEP_WEIGHTS = Unsupported(
+    "tf.variable_scope(...).keep_weights", "DeepRec's BF16 scope keeping float32 master weights",
+    "without --bf16")
+
+
+def raiser(entry: Unsupported) -> Callable[..., Any]:
+    """A callable that raises DeepRecFeatureError for `entry` when called."""
+
+    def unsupported(*args: Any, **kwargs: Any) -> Any:
+        raise DeepRecFeatureError(entry.message())
+
+    unsupported.__name__ = entry.name.rsplit(".", 1)[-1]
+    unsupported.__doc__ = entry.message()
+    return unsupported
+
+
+@dataclass(frozen=True)
+class EmbeddingVariableOption:
+    """DeepRec's `tf.EmbeddingVariableOption`: accepted, since the model-zoo scripts build one even with
+    --ev False; using it (categorical_column_with_embedding) raises DeepRecFeatureError."""
+
+    ht_type: Any = None
+    ht_partition_num: int = 1000
+    evict_option: Any = None
+    ckpt: Any = None
+    filter_option: Any = None
+    storage_option: Any = None
+    init_option: Any = None
+
+
+@functools.lru_cache(maxsize=None)
+def log_once(message: str) -> None:
+    """Logs `message` at WARNING the first time only."""
+    logger.warning("%s", message)
+
+
+def embedding_column(categorical_column, dimension, combiner="mean", initializer=None, ckpt_to_load_from=None,
+                     tensor_name_in_ckpt=None, max_norm=None, trainable=True, use_safe_embedding_lookup=True,
+                     do_fusion=None, **deeprec_only: Any):
+    """tf.feature_column.embedding_column; DeepRec's `do_fusion` is accepted and the stock column is built.
+
+        before:  embedding_column(col, 16, combiner='mean', do_fusion=True)   # TypeError on stock TF
+        after:   the same column as embedding_column(col, 16, combiner='mean')
+
+    DeepRec's fused embedding lookup computes the same combiner over the same rows in one kernel, so the
+    stock lookup is its equivalent.
+    """
+    if deeprec_only:
+        raise DeepRecFeatureError(
+            f"tf.feature_column.embedding_column: DeepRec-only argument(s) {sorted(deeprec_only)} have no stock "
+            f"TensorFlow equivalent; remove them from the call")
+    if do_fusion:
+        log_once(f"embedding_column(do_fusion={do_fusion!r}): DeepRec's fused lookup is not available on stock "
+                 "TensorFlow; the stock lookup computes the same embeddings")
+    return _tf.compat.v1.feature_column.embedding_column(
+        categorical_column, dimension, combiner=combiner, initializer=initializer, ckpt_to_load_from=ckpt_to_load_from,
+        tensor_name_in_ckpt=tensor_name_in_ckpt, max_norm=max_norm, trainable=trainable,
+        use_safe_embedding_lookup=use_safe_embedding_lookup)
+
+
+class variable_scope(_tf.compat.v1.variable_scope):  # noqa: N801  (TensorFlow's name)
+    """tf.compat.v1.variable_scope; DeepRec's `keep_weights()` (BF16 training) raises DeepRecFeatureError."""
+
+    def keep_weights(self, *args: Any, **kwargs: Any):
+        raise DeepRecFeatureError(KEEP_WEIGHTS.message())
