@@ -28,16 +28,16 @@ from dataclasses import dataclass, field
 
 from tensorflow.core.framework import graph_pb2
 
-from smartstage.config.error_codes import error_codes
 from smartstage.errors import GraphError, NoStageError
 from smartstage.graph.names import CONTROL_PORT, TensorName, input_string
 from smartstage.graph.view import GraphView
 from smartstage.graph.stages import FIFO, StageBoundary
 from smartstage.graph.op_types import CONTROL_FLOW_OPS, FEED_OPS
-from smartstage.passes.stage_nodes import StageNodes, StageSettings, stage_node_defs
+from smartstage.passes.stage_nodes import StageNodes, stage_node_defs
 from smartstage.passes.manager import PassContext, PassResult
 from smartstage.graph.op_types import INITIALIZER_OPS, ITERATOR_READS, QUEUE_READS, RUNNER_ENQUEUE_OPS, SOURCE_OPS
 from smartstage.graph.stages import missing_hook_message
+from smartstage.config.options import AutoStageOptions
 
 logger = logging.getLogger(__name__)
 
@@ -209,20 +209,6 @@ def _only_feeds_queues(view: GraphView, roots: tuple[str, ...]) -> str:
 # -- the edit -----------------------------------------------------------------------------------------
 
 
-def settings_of(options) -> StageSettings:
-    """The StageSettings of an AutoStageOptions."""
-    return StageSettings(
-        capacity=options.capacity, num_threads=options.num_threads, num_clients=options.num_clients,
-        timeout_millis=options.timeout_millis,
-        closed_error_codes=tuple(error_codes(options.closed_exception_types, "AutoStageOptions.closed_exception_types")),
-        ignored_error_codes=tuple(error_codes(options.ignored_exception_types,
-                                              "AutoStageOptions.ignored_exception_types")),
-        use_stage_subgraph_thread_pool=options.use_stage_subgraph_thread_pool,
-        stage_subgraph_thread_pool_id=options.stage_subgraph_thread_pool_id,
-        stage_subgraph_stream_id=options.stage_subgraph_stream_id,
-    )
-
-
 def _unique_scope(view: GraphView, base: str, taken: set[str]) -> str:
     """`base`, `base_1`, ...: the first name no node uses, neither as its name nor as a name scope.
     `taken` collects the scopes already chosen in this pass."""
@@ -259,7 +245,7 @@ def _shape(view: GraphView, tensor: TensorName):
     return shape
 
 
-def _build(view: GraphView, source: InputSource, name: str, settings: StageSettings) -> StageNodes:
+def _build(view: GraphView, source: InputSource, name: str, options: AutoStageOptions) -> StageNodes:
     carried = _carried(view, source)
     dtypes = []
     for tensor in carried:
@@ -270,7 +256,7 @@ def _build(view: GraphView, source: InputSource, name: str, settings: StageSetti
         dtypes.append(dtype)
     return stage_node_defs(
         name, [str(t) for t in carried], dtypes, [_shape(view, t) for t in carried],
-        view.node(source.nodes[0]).device, settings, sources=list(source.nodes),
+        view.node(source.nodes[0]).device, options, sources=list(source.nodes),
         reset_triggers=list(source.initializers), ready_message=missing_hook_message(name))
 
 
@@ -349,13 +335,12 @@ class AutoStage:
         notes += [f"input source {node!r} ({op}) inside function {fname!r} stays synchronous: it reads only when "
                   "that function runs (a tf.cond / tf.while_loop branch of control flow v2, or a tf.function)"
                   for fname, node, op in _sources_in_functions(graph_def)]
-        settings = settings_of(options)
         taken: set[str] = set()
         chosen: list[tuple[InputSource, StageNodes]] = []
         final: list[SourceVerdict] = []
         for verdict in verdicts:
             if verdict.staged:
-                nodes = _build(view, verdict.source, _unique_scope(view, options.name, taken), settings)
+                nodes = _build(view, verdict.source, _unique_scope(view, options.name, taken), options)
                 chosen.append((verdict.source, nodes))
                 verdict = SourceVerdict(verdict.source, stage=nodes.name)
             final.append(verdict)

@@ -28,27 +28,14 @@ from dataclasses import dataclass
 
 from tensorflow.core.framework import attr_value_pb2, node_def_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
+from smartstage.config.error_codes import error_codes
+from smartstage.config.options import AutoStageOptions
 from smartstage.graph.names import input_string, parse_tensor_name
 from smartstage.graph.op_types import op_def
 from smartstage.protos import StageDef
 from smartstage.graph.stages import stale_message
 
 _UNKNOWN_SHAPE = tensor_shape_pb2.TensorShapeProto(unknown_rank=True)
-
-
-@dataclass(frozen=True)
-class StageSettings:
-    """How an inserted stage runs (the fields of DeepRec's SmartStageOptions)."""
-
-    capacity: int = 1
-    num_threads: int = 1
-    num_clients: int = 1
-    timeout_millis: int = 300000
-    closed_error_codes: tuple[int, ...] = (11,)  # tf.errors.OUT_OF_RANGE
-    ignored_error_codes: tuple[int, ...] = ()
-    use_stage_subgraph_thread_pool: bool = False
-    stage_subgraph_thread_pool_id: int = 0
-    stage_subgraph_stream_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -125,7 +112,7 @@ def stage_node_defs(
     dtypes: list[int],
     shapes: list,
     device: str,
-    settings: StageSettings,
+    options: AutoStageOptions,
     *,
     sources: list[str],
     reset_triggers: list[str] = (),
@@ -141,7 +128,7 @@ def stage_node_defs(
     known = [s if s is not None else _UNKNOWN_SHAPE for s in shapes]
     buffer = _node(n + "buffer", "FIFOQueueV2", (), device, component_types=_types(dtypes),
                    shapes=_shapes(known if all(_fully_defined(s) for s in shapes) else []),
-                   capacity=int(settings.capacity), container="", shared_name=name)
+                   capacity=int(options.capacity), container="", shared_name=name)
     early = [buffer]
     early += [
         _int_queue(n + "ready_buffer", device, 1, n + "ready_buffer"),
@@ -195,12 +182,13 @@ def stage_node_defs(
         name=name, kind=StageDef.FIFO_QUEUE, buffer_node=n + "buffer", put_node=put.name, take_node=n + "take",
         close_node=n + "close", cancel_node=n + "cancel", size_node=n + "size",
         ready_buffer_node=n + "ready_buffer", ready_put_node=n + "ready_put",
-        capacity=int(settings.capacity), num_threads=int(settings.num_threads),
-        num_clients=int(settings.num_clients), timeout_millis=int(settings.timeout_millis),
-        closed_error_codes=list(settings.closed_error_codes), ignored_error_codes=list(settings.ignored_error_codes),
-        use_stage_subgraph_thread_pool=bool(settings.use_stage_subgraph_thread_pool),
-        stage_subgraph_thread_pool_id=int(settings.stage_subgraph_thread_pool_id),
-        stage_subgraph_stream_id=int(settings.stage_subgraph_stream_id),
+        capacity=int(options.capacity), num_threads=int(options.num_threads),
+        num_clients=int(options.num_clients), timeout_millis=int(options.timeout_millis),
+        closed_error_codes=error_codes(options.closed_exception_types, "AutoStageOptions.closed_exception_types"),
+        ignored_error_codes=error_codes(options.ignored_exception_types, "AutoStageOptions.ignored_exception_types"),
+        use_stage_subgraph_thread_pool=bool(options.use_stage_subgraph_thread_pool),
+        stage_subgraph_thread_pool_id=int(options.stage_subgraph_thread_pool_id),
+        stage_subgraph_stream_id=int(options.stage_subgraph_stream_id),
         origin="auto", boundary_tensors=list(carried), source_nodes=list(sources),
         reset_trigger_nodes=list(reset_triggers),
         stale_mark_node=n + "stale_mark" if resettable else "", reset_node=n + "reset" if resettable else "",
