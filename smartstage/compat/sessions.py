@@ -79,7 +79,7 @@ def _creator_config(session_creator) -> Any:
     if hasattr(session_creator, "smart_stage_config"):
         return session_creator.smart_stage_config
     config = getattr(session_creator, "_config", None)  # a creator built from tensorflow directly
-    if config is not None and options_from_config(config).enabled:
+    if config is not None:
         # Its stock Session would reject an ss.ConfigProto, and Grappler logs an error for the unknown
         # SmartStage entry of a stock one; the flags are applied here instead.
         session_creator._config = to_session_config(config)  # noqa: SLF001
@@ -99,8 +99,8 @@ def MonitoredSession(session_creator=None, hooks=None, stop_grace_period_secs=12
     config = _creator_config(session_creator)
     if session_creator is None:
         session_creator = ChiefSessionCreator()
-    record, mapper, hooks, _ = smart_hooks(_tf.compat.v1.get_default_graph(), options_from_config(config), hooks, (), True,
-                                           targets)
+    options = options_from_config(config)
+    record, mapper, hooks, _ = smart_hooks(_tf.compat.v1.get_default_graph(), options, hooks, (), True, targets)
     session = _train.MonitoredSession(session_creator=session_creator, hooks=hooks,
                                       stop_grace_period_secs=stop_grace_period_secs)
     return SmartMonitoredSession(session, mapper, record)
@@ -114,8 +114,8 @@ def SingularMonitoredSession(hooks=None, scaffold=None, master="", config=None, 
         before:  SingularMonitoredSession(config=deeprec_config, hooks=hooks)   # TypeError in the stock Session
         after:   the default graph rewritten when the flags are on; raw_session() is the stock one
     """
-    record, mapper, hooks, _ = smart_hooks(_tf.compat.v1.get_default_graph(), options_from_config(config), hooks, (), True,
-                                           targets)
+    options = options_from_config(config)
+    record, mapper, hooks, _ = smart_hooks(_tf.compat.v1.get_default_graph(), options, hooks, (), True, targets)
     session = _train.SingularMonitoredSession(
         hooks=hooks, scaffold=scaffold, master=master, config=_stock(config), checkpoint_dir=checkpoint_dir,
         stop_grace_period_secs=stop_grace_period_secs, checkpoint_filename_with_path=checkpoint_filename_with_path)

@@ -30,6 +30,8 @@ class ZooRun:
     auc: float
     checkpoint_dir: str
     graph: tf.Graph
+    loss: str      # tensor names, for smartstage verify
+    train_op: str
 
 
 def write_data(directory: Path) -> str:
@@ -48,8 +50,10 @@ def run_zoo(model: str, data_dir: str, checkpoint_dir: Path, flags=()) -> ZooRun
         names["main"].__globals__["args"] = names["get_arg_parser"]().parse_args(argv)
         names["main"]()
     results = names["RESULTS"]
-    return ZooRun(tuple(float(x) for x in results["losses"]), float(results["acc"]), float(results["auc"]),
-                  results["checkpoint_dir"], graph)
+    model = results["model"]
+    return ZooRun(tuple(float(x) for x in results["losses"]), float(results.get("acc", "nan")),
+                  float(results.get("auc", "nan")), results["checkpoint_dir"], graph, model.loss.name,
+                  model.train_op.name)
 
 
 def load_zoo(model: str) -> dict:
