@@ -41,7 +41,7 @@ from smartstage.runtime.runner import PrefetchThreads
 logger = logging.getLogger(__name__)
 
 
-def _fetch_ops(fetches: Any, graph: tf.Graph) -> list[tf.Operation]:
+def fetch_ops(fetches: Any, graph: tf.Graph) -> list[tf.Operation]:
     """The operations a run's fetches name (tensors, ops, names, nested structures)."""
     ops = []
     for leaf in tf.nest.flatten(fetches, expand_composites=True):
@@ -112,7 +112,7 @@ class ReinitWatch:
         if not self._resets:
             return []
         found: dict[str, None] = {}
-        for op in _fetch_ops(fetches, self.graph):
+        for op in fetch_ops(fetches, self.graph):
             for stage in self._resets.get(op.name, ()):
                 found[stage] = None
         return list(found)

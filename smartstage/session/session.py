@@ -40,7 +40,7 @@ from smartstage.session.fetches import FetchMapper
 from smartstage.session.record import LiveRewrite, live_rewrite_of
 from smartstage.session.live_rewrite import adopt_late_ops, rewrite_live_graph
 from smartstage.runtime import PrefetchThreads, stage_defs, start_prefetch_threads
-from smartstage.runtime.reinit import ReinitWatch
+from smartstage.runtime.reinit import ReinitWatch, fetch_ops
 from smartstage.runtime.runner import STOP_JOIN_SECONDS
 
 logger = logging.getLogger(__name__)
@@ -196,7 +196,7 @@ class Session(tf.compat.v1.Session):
                 self._prefetch_threads = start_prefetch_threads(_RawSession(self))
 
     def _reads_a_stage(self, fetches, takes: set[str]) -> bool:
-        ops = _fetch_ops(fetches, self.graph)
+        ops = fetch_ops(fetches, self.graph)
         key = frozenset(op.name for op in ops)
         if key not in self._reaches_stage:
             seen: set[str] = set()
@@ -235,24 +235,6 @@ class Session(tf.compat.v1.Session):
         if exc_type is None and threads is not None and threads.error is not None and not self._error_raised:
             self._error_raised = True
             raise threads.error
-
-
-def _fetch_ops(fetches, graph: tf.Graph) -> list[tf.Operation]:
-    ops = []
-    for leaf in tf.nest.flatten(fetches, expand_composites=True):
-        if isinstance(leaf, tf.Operation):
-            ops.append(leaf)
-        elif isinstance(leaf, tf.Tensor):
-            ops.append(leaf.op)
-        elif isinstance(leaf, str):
-            try:
-                element = graph.as_graph_element(leaf)
-            except (KeyError, ValueError, TypeError):
-                continue  # the stock run() raises its own error for a bad name
-            ops.append(element if isinstance(element, tf.Operation) else element.op)
-        elif hasattr(leaf, "op") and isinstance(getattr(leaf, "op", None), tf.Operation):
-            ops.append(leaf.op)
-    return ops
 
 
 __all__ = ["Session", "prepare_graph"]
