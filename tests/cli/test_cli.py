@@ -148,7 +148,8 @@ def test_verify_identical(demo_meta, capsys):
 
 
 def test_verify_rejects_a_broken_rewrite(demo_meta, capsys, monkeypatch):
-    module = sys.modules["smartstage.optimizer"]
+    import smartstage.optimizer as module
+
     real = module.optimize
 
     def broken(*args, **kwargs):
