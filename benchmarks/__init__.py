@@ -4,5 +4,5 @@
     python -m benchmarks.scaling [--quick]    # optimize() vs import_graph_def on 10k / 100k / 1M nodes
 
 Results go to benchmarks/out/ (git-ignored); `--publish` also copies the JSON and PNG to docs/perf/.
-See benchmarks/README.md for the latest tables.
+The latest tables are in docs/performance.md (and README.md).
 """

@@ -1,7 +1,13 @@
-"""Example models and synthetic data for the demo, the tests and the benchmarks.
+"""Example models and synthetic data: what `smartstage demo`, the tests and the benchmarks train, and what a
+user can import to try SmartStage on a realistic graph without writing a model first.
+
+What users import: `prepare_criteo` (synthetic Criteo-format CSV and vocabulary files), `build_dlrm`,
+`build_wide_deep` and `build_demo` (training graphs with a `stage_fn` hook, e.g. `ss.staged`), and
+`run_steps` (run a model's fetches for N steps). The rest serves the benchmarks (timing, input options).
+This package imports no other part of smartstage (tests/test_layers.py checks it): the stage is passed in.
 
     files = prepare_criteo(tmp_dir, num_rows=2000)                         # CSV + vocabulary files
-    model = build_dlrm(files.data_path, files.vocabulary_paths, stage_fn=smartstage.runtime.staged)
+    model = build_dlrm(files.data_path, files.vocabulary_paths, stage_fn=ss.staged)
     losses = run_steps(model.graph, model.fetches["loss"], steps=20, init_op=model.init_op)
 
 Importing this package imports TensorFlow.
