@@ -67,7 +67,10 @@ def rewrite_live_graph(graph: tf.Graph, options: SmartStageOptions, targets: Ite
         after:   rewrite_live_graph(graph, options); the same train_op now reads parsed features from the take
 
     targets: tensors, ops or node names the step fetches, kept on the main side (besides the marked
-    targets and the train_op / losses / summaries / update_ops collections).
+    targets and the train_op / losses / summaries / update_ops collections). What staged() returned stays
+    fetchable without marking: the take of every staged() stage is a target, so its outputs keep
+    crossing the rebuilt buffer and a later `sess.run(x)` gets the batch the step trains on (a buffer
+    holds tensors by reference, so the extra components cost no copy).
     Raises NoStageError when the graph has no stage, TargetError when a target names no node.
     """
     import time
@@ -76,7 +79,8 @@ def rewrite_live_graph(graph: tf.Graph, options: SmartStageOptions, targets: Ite
 
     def rewrite() -> LiveRewrite:
         start = time.perf_counter()
-        result = optimize(graph, options, targets=_node_names(targets))
+        staged_takes = [sd.take_node for sd in stage_defs(graph) if sd.origin == "staged" and sd.take_node]
+        result = optimize(graph, options, targets=_node_names(targets) + staged_takes)
         was_finalized = graph.finalized
         if was_finalized:
             graph._unsafe_unfinalize()  # noqa: SLF001  (the rewrite happens before any step)
