@@ -36,7 +36,7 @@ _LAZY = {
     "smartstage.optimizer": ("optimize",),
     "smartstage.result": ("OptimizeResult",),
     "smartstage.protos": ("STAGES_COLLECTION", "TARGETS_COLLECTION"),
-    "smartstage.runtime": ("PrefetchHook", "PrefetchThreads", "make_prefetch_hook", "mark_target_node",
+    "smartstage.runtime": ("AUTOTUNE", "PrefetchHook", "PrefetchThreads", "make_prefetch_hook", "mark_target_node",
                            "stage_defs", "stage_defs_from_meta_graph", "staged", "start_prefetch_threads",
                            "target_node_names"),
     "smartstage.session.session": ("Session",),

@@ -8,6 +8,7 @@
 See docs/runtime.md.
 """
 
+from smartstage.runtime.autotune import AUTOTUNE, PipelineStats, TuningDecision
 from smartstage.runtime.hook import PrefetchHook, make_prefetch_hook
 from smartstage.runtime.metadata import (
     STAGES_COLLECTION,
@@ -23,6 +24,9 @@ from smartstage.runtime.stage import staged
 from smartstage.runtime.targets import mark_target_node, target_node_names
 
 __all__ = [
+    "AUTOTUNE",
+    "PipelineStats",
+    "TuningDecision",
     "STAGES_COLLECTION",
     "TARGETS_COLLECTION",
     "PrefetchHook",

@@ -20,8 +20,10 @@ from typing import Iterable
 import tensorflow as tf
 
 from smartstage.protos.stage_pb2 import StageDef
+from smartstage.runtime.metadata import stage_defs
 from smartstage.runtime.reinit import ReinitWatch
 from smartstage.runtime.runner import PrefetchThreads, start_prefetch_threads
+from smartstage.runtime.stage_threads import prepare_lanes
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,13 @@ class PrefetchHook(tf.compat.v1.train.SessionRunHook):
         """The prefetch threads of the current session (None before the session exists)."""
         return self._threads
 
+    def begin(self) -> None:
+        # MonitoredTrainingSession finalizes the graph right after begin(): the ordered lanes of stages
+        # with several threads are built now, from the puts as they are.
+        graph = tf.compat.v1.get_default_graph()
+        names = None if self._stages is None else {s.name if isinstance(s, StageDef) else s for s in self._stages}
+        prepare_lanes(graph, [d for d in stage_defs(graph) if names is None or d.name in names])
+
     def after_create_session(self, session, coord) -> None:
         self._stop_threads()
         self._threads = start_prefetch_threads(session, coord=coord, stages=self._stages)
@@ -76,7 +85,7 @@ class PrefetchHook(tf.compat.v1.train.SessionRunHook):
         if not threads.join(END_JOIN_SECONDS):
             logger.info("prefetch threads %s still wait on their input; they end when the session closes",
                         [t.name for t in threads.threads if t.is_alive()])
-        threads.raise_if_error()
+        threads.raise_if_error(final=True)
 
     def _stop_threads(self) -> None:
         if self._threads is not None:

@@ -63,6 +63,7 @@ class PrefetchThreads:
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
         self._error: BaseException | None = None
+        self._pending: tuple[StageThreads, BaseException] | None = None
         self._stages = [StageThreads(self, sess, stage_def) for stage_def in stages]
         self._watchdog: threading.Thread | None = None
         self._started = False
@@ -158,13 +159,28 @@ class PrefetchThreads:
         for stage in self._stages:
             stage.run_cancel()
 
+    def defer_error(self, stage: StageThreads, error: BaseException) -> None:
+        """Records an error that arrives once the step has taken the good batches buffered before it
+        (report_error follows); stop(), leaving the `with` block and the hook's end() raise it earlier."""
+        with self._lock:
+            if self._pending is None:
+                self._pending = (stage, error)
+        logger.info("stage %s: a prefetch run failed; the batches before it are delivered first: %s",
+                    stage.name, error)
+
+    def _promote_pending(self) -> None:
+        with self._lock:
+            if self._error is None and self._pending is not None:
+                stage, error = self._pending
+                _note(error, stage.name)
+                self._error = error
+
     def report_error(self, stage: StageThreads, error: BaseException) -> None:
         """Records an unexpected prefetch error, stops everything and wakes a blocked main step."""
         with self._lock:
             first = self._error is None
             if first:
-                if hasattr(error, "add_note"):
-                    error.add_note(f"(raised by a SmartStage prefetch thread of stage '{stage.name}')")
+                _note(error, stage.name)
                 self._error = error
         logger.error("stage %s: a prefetch run failed; stopping the prefetch threads: %s", stage.name, error)
         self._stop_event.set()
@@ -177,8 +193,13 @@ class PrefetchThreads:
                 logger.debug("stage %s: the coordinator was already joined", stage.name)
         self._cancel_all()
 
-    def raise_if_error(self) -> None:
-        """Raises the recorded prefetch error (its own type and message), if any."""
+    def raise_if_error(self, final: bool = False) -> None:
+        """Raises the recorded prefetch error (its own type and message), if any.
+
+        An error that waits behind good buffered batches is raised only once they were taken, or
+        with `final=True` (the end of the session)."""
+        if final:
+            self._promote_pending()
         if self._error is not None:
             raise self._error
 
@@ -207,6 +228,7 @@ class PrefetchThreads:
         """
         self.request_stop()
         done = self.join(timeout)
+        self._promote_pending()
         if not done:
             alive = [t.name for t in self.threads if t.is_alive()]
             logger.warning("prefetch threads still running %.0f s after stop: %s", timeout, alive)
@@ -223,6 +245,12 @@ class PrefetchThreads:
                 raise self._error from exc
             logger.error("a prefetch thread failed too: %s", self._error)
         return False
+
+
+def _note(error: BaseException, stage: str) -> None:
+    text = f"(raised by a SmartStage prefetch thread of stage '{stage}')"
+    if hasattr(error, "add_note") and text not in getattr(error, "__notes__", []):
+        error.add_note(text)
 
 
 def _is_monitored_session(sess) -> bool:

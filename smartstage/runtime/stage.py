@@ -35,6 +35,7 @@ from smartstage.errors import ConfigError
 from smartstage.protos.stage_pb2 import FeedDef, StageDef
 from smartstage.config.error_codes import error_codes
 from smartstage.graph.stages import missing_hook_message
+from smartstage.runtime.autotune import AUTOTUNE, AUTOTUNE_HARD_CAPACITY
 from smartstage.runtime.metadata import add_stage_def
 from smartstage.runtime.arguments import check_staged_arguments
 
@@ -109,10 +110,13 @@ def _feed_defs(
     return pairs
 
 
-def _check_arguments(capacity, num_threads, num_clients, timeout_millis, pool_id, stream_id) -> None:
+def _check_arguments(capacity, num_threads, num_clients, timeout_millis, pool_id, stream_id,
+                     max_buffered_bytes) -> None:
+    for label, value in (("capacity", capacity), ("num_threads", num_threads)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or (value < 1 and value != AUTOTUNE):
+            raise ConfigError(f"staged(): {label}={value!r}; pass an integer >= 1 or smartstage.AUTOTUNE")
     for label, value, least in (
-        ("capacity", capacity, 1),
-        ("num_threads", num_threads, 1),
+        ("max_buffered_bytes", 1 if max_buffered_bytes is None else max_buffered_bytes, 1),
         ("num_clients", num_clients, 1),
         ("timeout_millis", timeout_millis, 1),
         ("stage_subgraph_thread_pool_id", pool_id, 0),
@@ -125,8 +129,8 @@ def _check_arguments(capacity, num_threads, num_clients, timeout_millis, pool_id
 def staged(
     features: Any,
     feed_dict: dict | None = None,
-    capacity: int = 1,
-    num_threads: int = 1,
+    capacity: int = AUTOTUNE,
+    num_threads: int = AUTOTUNE,
     num_clients: int = 1,
     timeout_millis: int = 300000,
     closed_exception_types=(tf.errors.OutOfRangeError,),
@@ -135,6 +139,8 @@ def staged(
     stage_subgraph_thread_pool_id: int = 0,
     stage_subgraph_stream_id: int = 0,
     name: str | None = None,
+    deterministic: bool = True,
+    max_buffered_bytes: int | None = None,
 ) -> Any:
     """Puts `features` behind a stage: prefetch threads compute them ahead into a bounded buffer.
 
@@ -147,8 +153,11 @@ def staged(
         Python/numpy value, stored as a Const node). Before every put, the prefetch thread evaluates
         the value tensors in the same session (one run, with the stage's run options) and feeds the
         results to the placeholders, so each batch sees the values current at that moment.
-    capacity: batches the buffer holds.
-    num_threads: prefetch threads running the put. With 1, batches arrive in input order.
+    capacity: batches the buffer holds. AUTOTUNE (the default): the runtime picks it while training,
+        within `max_buffered_bytes` (the buffer queue itself is bounded at 64 batches).
+    num_threads: threads producing batches. Batches arrive in input order at every count (the
+        order-dependent head of the prefetch side runs serially, the rest on `num_threads` lanes).
+        AUTOTUNE (the default): the runtime measures and picks the count (1 included).
     num_clients: main-side readers of the stage; recorded (a FIFO queue serves any number of
         takers, each batch to exactly one).
     timeout_millis: a put waiting longer than this logs a warning and keeps waiting; batches are
@@ -164,6 +173,11 @@ def staged(
         pool is configured, main-side steps run on pool 0, so give the stage pool 1.
     stage_subgraph_stream_id: recorded on the stage for the GPU multi-stream pass.
     name: the stage's name scope (default "stage", made unique in the graph).
+    deterministic: True (default): input order at every num_threads. False: the explicit opt-out,
+        `num_threads` threads run the whole put at once and batches arrive in any order (like
+        tf.data's deterministic=False); recorded as StageDef.unordered.
+    max_buffered_bytes: the cap on buffered bytes a tuned capacity keeps to (default None: 256 MiB;
+        explicit capacities are kept as given).
 
     Start the prefetch threads with `make_prefetch_hook()` (MonitoredTrainingSession) or
     `start_prefetch_threads(sess)` (a plain Session); without them a step reading the stage fails
@@ -174,7 +188,7 @@ def staged(
     """
     check_staged_arguments(features, feed_dict, name)
     _check_arguments(capacity, num_threads, num_clients, timeout_millis,
-                     stage_subgraph_thread_pool_id, stage_subgraph_stream_id)
+                     stage_subgraph_thread_pool_id, stage_subgraph_stream_id, max_buffered_bytes)
     closed_codes = error_codes(closed_exception_types, "staged(closed_exception_types=...)")
     ignored_codes = error_codes(ignored_exception_types, "staged(ignored_exception_types=...)")
     overlap = set(closed_codes) & set(ignored_codes)
@@ -201,7 +215,7 @@ def staged(
         buffer = gen_data_flow_ops.fifo_queue_v2(
             component_types=dtypes,
             shapes=shapes if fully_defined else [],
-            capacity=capacity,
+            capacity=AUTOTUNE_HARD_CAPACITY if capacity == AUTOTUNE else capacity,
             shared_name=stage_name,
             name="buffer",
         )
@@ -252,10 +266,12 @@ def staged(
         feeds=[FeedDef(placeholder=p.name, tensor=t.name) for p, t in feeds],
         origin="staged",
         boundary_tensors=[c.name for c in present],
+        unordered=not deterministic,
+        max_buffered_bytes=int(max_buffered_bytes or 0),
     )
     add_stage_def(graph, stage_def)
-    logger.debug("built stage %s: %d tensors, capacity %d, %d threads",
-                 stage_name, len(present), capacity, num_threads)
+    logger.debug("built stage %s: %d tensors, capacity %d, %d threads (-1: AUTOTUNE), %s",
+                 stage_name, len(present), capacity, num_threads, "ordered" if deterministic else "unordered")
 
     outputs = iter(taken)
     rebuilt = [None if c is None else next(outputs) for c in components]

@@ -1,7 +1,12 @@
-"""The prefetch threads of one stage: the put loop, what each error means, the timeout watchdog.
+"""The prefetch threads of one stage: what each error means, the timeout watchdog, order.
 
     before:  a stage's put op, never run
-    after:   StageThreads(owner, sess, stage_def).start()   # num_threads threads run it over and over
+    after:   StageThreads(owner, sess, stage_def).start()   # its producer threads fill the buffer
+
+By default a stage keeps input order at every thread count: its OrderedProducer (runtime/ordered.py)
+runs the put (one lane) or ordered lanes (several; runtime/lanes.py), tuned by runtime/autotune.py
+when num_threads / capacity are AUTOTUNE. A stage built with `deterministic=False` (StageDef.unordered)
+runs `num_threads` threads that each run the put, in any order, as before.
 
 `PrefetchThreads` (runner.py) owns one of these per stage and decides for all of them: when to
 stop, and what to do with an unexpected error.
@@ -9,21 +14,57 @@ stop, and what to do with an unexpected error.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
-from typing import Protocol
+from typing import Iterator, Protocol
 
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
 from smartstage.errors import StageRuntimeError
 from smartstage.protos.stage_pb2 import StageDef
+from smartstage.runtime.autotune import (
+    AUTOTUNE,
+    AUTOTUNE_HARD_CAPACITY,
+    DEFAULT_MAX_BUFFERED_BYTES,
+    StageMeter,
+    Tuner,
+)
+from smartstage.runtime.lanes import LaneGraph, lane_graph
+from smartstage.runtime.ordered import OrderedProducer
 
 logger = logging.getLogger(__name__)
 
 CONTROL_RUN_MILLIS = 30000  # close / cancel / ready runs never wait longer than this
 _UNINITIALIZED = "iterator has not been initialized"  # IteratorGetNext's FailedPrecondition message
+AUTOTUNE_START_CAPACITY = 2
+
+
+def autotune_max_lanes() -> int:
+    """Lanes built for a stage whose num_threads is AUTOTUNE: two per core, 2 to 8."""
+    return max(2, min(8, 2 * (os.cpu_count() or 1)))
+
+
+def lane_count(stage_def: StageDef) -> int:
+    """How many lanes a stage needs: none when it runs one ordered thread or is unordered."""
+    if stage_def.unordered:
+        return 0
+    if stage_def.num_threads == AUTOTUNE:
+        return autotune_max_lanes()
+    return stage_def.num_threads if stage_def.num_threads > 1 else 0
+
+
+def prepare_lanes(graph: tf.Graph, stages) -> None:
+    """Builds the lane ops of every stage that needs them, while the graph can still grow
+    (the prefetch hook's begin(), before MonitoredTrainingSession finalizes the graph)."""
+    for stage_def in stages:
+        count = lane_count(stage_def)
+        if count and not graph.finalized:
+            put = graph.get_operation_by_name(stage_def.put_node)
+            lane_graph(graph, stage_def.name, put, put.inputs[0], count)
 
 
 class Owner(Protocol):
@@ -86,8 +127,25 @@ class StageThreads:
         self.timeout_seconds = max(stage_def.timeout_millis, 1) / 1000.0
         self.closed_codes = set(stage_def.closed_error_codes)
         self.ignored_codes = set(stage_def.ignored_error_codes)
-        self.puts = [_PutState() for _ in range(max(stage_def.num_threads, 1))]
-        self.threads: list[threading.Thread] = []
+        size_op = self._op(graph, "size_node")
+        self.size = size_op.outputs[0] if size_op is not None else None
+        self.ordered = not stage_def.unordered
+        self.tuner = self._tuner()
+        self.meter = StageMeter()
+        self.lanes: LaneGraph | None = None
+        self.producer: OrderedProducer | None = None
+        if self.ordered:
+            count = lane_count(stage_def)
+            if count:
+                self.lanes, why = lane_graph(graph, self.name, self.put, self.put.inputs[0], count)
+                if self.lanes is None:
+                    logger.warning("stage %s: runs one ordered prefetch thread instead of %s: %s", self.name,
+                                   "AUTOTUNE" if stage_def.num_threads == AUTOTUNE else stage_def.num_threads, why)
+            workers = len(self.lanes.lanes) if self.lanes is not None else 1
+            self.puts = [_PutState() for _ in range(workers + 1)]
+        else:
+            self.puts = [_PutState() for _ in range(max(stage_def.num_threads, 1))]
+        self._threads: list[threading.Thread] = []
         self._closed_threads = 0
         self._lock = threading.Lock()
         self._paused = threading.Event()  # this stage alone stops (re-initialisation), the others go on
@@ -96,6 +154,90 @@ class StageThreads:
     @property
     def resettable(self) -> bool:
         return self.reset is not None
+
+    @property
+    def threads(self) -> list[threading.Thread]:
+        return self.producer.threads if self.producer is not None else self._threads
+
+    def _tuner(self) -> Tuner:
+        d = self.stage_def
+        tune_threads, tune_capacity = d.num_threads == AUTOTUNE, d.capacity == AUTOTUNE
+        return Tuner(self.name, 1 if tune_threads else max(d.num_threads, 1),
+                     AUTOTUNE_START_CAPACITY if tune_capacity else int(d.capacity), tune_threads, tune_capacity,
+                     max_lanes=lane_count(d) or 1, max_buffered_bytes=d.max_buffered_bytes or DEFAULT_MAX_BUFFERED_BYTES,
+                     own_pool=d.use_stage_subgraph_thread_pool)
+
+    def paused(self) -> bool:
+        return self._paused.is_set()
+
+    def control_run(self, fetch):
+        return self.sess.run(fetch, options=config_pb2.RunOptions(timeout_in_ms=CONTROL_RUN_MILLIS))
+
+    def feed_dict(self) -> dict | None:
+        """The stage's feeds for one batch: its value tensors, evaluated now."""
+        if not self.feed_values:
+            return None
+        values = self.sess.run(self.feed_values, options=self.run_options)
+        return dict(zip(self.placeholders, values))
+
+    @contextlib.contextmanager
+    def in_flight(self, index: int) -> Iterator[None]:
+        """Marks a run that may wait on a full buffer, for the timeout watchdog."""
+        put_state = self.puts[index]
+        put_state.started = time.monotonic()
+        try:
+            yield
+        finally:
+            put_state.started = None
+            put_state.warned = 0
+
+    def classify(self, error: BaseException) -> str:
+        """What a prefetch error means: shutdown, closed (end of input), ignored, cancelled, uninitialized
+        (an iterator not initialised yet, at a resettable stage) or unexpected."""
+        code = getattr(error, "error_code", None)
+        if self.owner.stopping() or self._paused.is_set() or session_closed(self.sess):
+            return "shutdown"
+        if code in self.closed_codes:
+            return "closed"
+        if code in self.ignored_codes:
+            return "ignored"
+        if isinstance(error, tf.errors.CancelledError):
+            return "cancelled"
+        if self.resettable and isinstance(error, tf.errors.FailedPreconditionError) and _UNINITIALIZED in str(error):
+            return "uninitialized"
+        return "unexpected"
+
+    def finish(self, error: BaseException, deferred: bool) -> None:
+        """The ordered producer stops at `error`, every earlier batch being in the buffer already."""
+        kind = self.classify(error)
+        if kind == "closed":
+            logger.info("stage %s: end of input; closing the buffer", self.name)
+            if self.close is not None:
+                quiet_run(self.sess, self.close, f"close of stage {self.name}")
+        elif kind == "uninitialized":
+            self._wait_for_initializer(0)
+        elif kind == "unexpected":
+            if deferred:
+                self.fail_in_order(error)
+            else:
+                self.owner.report_error(self, error)
+        else:
+            logger.debug("stage %s: the producer ends (%s): %s", self.name, kind, error)
+
+    def fail_in_order(self, error: BaseException) -> None:
+        """An unexpected error after the good batches: close the buffer (they stay takeable), let the step
+        take them, then report the error, so it arrives after the last good batch, as itself."""
+        self.owner.defer_error(self, error)
+        if self.close is not None:
+            quiet_run(self.sess, self.close, f"close of stage {self.name}")
+        while self.size is not None and not self.owner.stopping() and not session_closed(self.sess):
+            try:
+                if int(self.sess.run(self.size)) == 0:
+                    break
+            except (tf.errors.OpError, RuntimeError):
+                break
+            time.sleep(0.005)
+        self.owner.report_error(self, error)
 
     def _missing(self, what: str) -> StageRuntimeError:
         return StageRuntimeError(
@@ -126,7 +268,8 @@ class StageThreads:
         if not getattr(self.stage_def, field):
             return None
         buffer = self._op(graph, field)
-        found = [c for c in buffer.outputs[0].consumers() if c.type == op_type]
+        # Lane ops read the buffer too; theirs wait for a move (control input): never pick them.
+        found = [c for c in buffer.outputs[0].consumers() if c.type == op_type and not c.control_inputs]
         return found[0].outputs[0] if found else None
 
     def check_thread_pool(self) -> None:
@@ -192,20 +335,26 @@ class StageThreads:
         self._paused.clear()
         self._closed_threads = 0
         self.puts = [_PutState() for _ in self.puts]
-        self.threads = []
+        self._threads = []
+        if self.producer is not None:
+            self.producer.discard_lane_leftovers()
         self.check_open()
         self.announce_ready()
         self.start()
 
     def start(self) -> None:
+        if self.ordered:
+            self.producer = OrderedProducer(self, self.lanes, self.tuner, self.meter)
+            self.producer.start(prime=self.resettable)
+            return
         if self.resettable and not self._prime():
             return
         for index in range(len(self.puts)):
             thread = threading.Thread(
                 target=self._loop, args=(index,), name=f"smartstage-prefetch-{self.name}-{index}", daemon=True
             )
-            self.threads.append(thread)
-        for thread in self.threads:
+            self._threads.append(thread)
+        for thread in self._threads:
             thread.start()
 
     def _prime(self) -> bool:
@@ -246,26 +395,26 @@ class StageThreads:
         logger.debug("prefetch thread %d of stage %s stopped", index, self.name)
 
     def _handle(self, error: Exception, index: int) -> bool:
-        """What an error from a prefetch run means; True: the thread goes on."""
-        code = getattr(error, "error_code", None)
-        if self.owner.stopping() or self._paused.is_set() or session_closed(self.sess):
+        """What an error from an unordered prefetch run means; True: the thread goes on."""
+        kind = self.classify(error)
+        if kind == "shutdown":
             logger.debug("prefetch thread %d of stage %s ends on shutdown: %s", index, self.name, error)
             return False
-        if code in self.closed_codes:
+        if kind == "closed":
             logger.info("prefetch thread %d of stage %s reached the end of its input", index, self.name)
             self._thread_closed()
             return False
-        if code in self.ignored_codes:
+        if kind == "ignored":
             logger.warning("stage %s: prefetch thread %d ignores an error and goes on: %s",
                            self.name, index, error)
             return True
-        if isinstance(error, tf.errors.CancelledError):
+        if kind == "cancelled":
             logger.info("stage %s: buffer closed or cancelled; prefetch thread %d ends", self.name, index)
             return False
-        if self.resettable and isinstance(error, tf.errors.FailedPreconditionError) and _UNINITIALIZED in str(error):
+        if kind == "uninitialized":
             self._wait_for_initializer(index)
             return False
-        self.owner.report_error(self, error)
+        self.fail_in_order(error)
         return False
 
     def _thread_closed(self) -> None:

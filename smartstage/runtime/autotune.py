@@ -1,0 +1,219 @@
+"""`AUTOTUNE`: the runtime measures the pipeline while training and picks lanes and capacity itself.
+
+    before:  ss.staged(features, capacity=40, num_threads=4)    # found by hand, per model and machine
+    after:   ss.staged(features)                                # capacity=num_threads=ss.AUTOTUNE
+
+What is measured, per batch (StageMeter): the head's and the body's time on the prefetch side, how long
+the move into the buffer waited for room (the producer waiting for the step), the buffer's occupancy
+right after the move, and the bytes of a batch; per window: batches per second (= steps per second
+once the buffer neither fills nor drains). What is decided (Tuner), as tf.data's AUTOTUNE does:
+start with one lane; while the buffer runs empty (the step waits for input), try one lane more and
+keep it when steps/s rose by more than the noise margin, else go back and settle; capacity grows while
+the buffer still runs dry at the chosen lane count, never above what `max_buffered_bytes` allows.
+After settling it keeps watching: a throughput change beyond the margin re-opens the search. Every
+change happens between two batches (no step waits for it). The settled choice is logged once and
+kept in `TuningDecision`; `PipelineStats` is the live view (for hooks, TensorBoard).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+logger = logging.getLogger(__name__)
+
+AUTOTUNE = -1  # like tf.data.AUTOTUNE: "the runtime chooses"; recorded as -1 in the StageDef
+DEFAULT_MAX_BUFFERED_BYTES = 256 * 1024 * 1024
+AUTOTUNE_HARD_CAPACITY = 64  # the buffer queue's own bound when capacity is tuned (the soft cap lies below)
+WINDOW_BATCHES = 24
+WINDOW_SECONDS = 0.3
+GAIN_MARGIN = 0.06     # a change must buy more than this fraction of steps/s to be kept
+RETUNE_MARGIN = 0.25   # after settling, a throughput change this large re-opens the search
+EMPTY_FRACTION = 0.3   # the buffer held at most one batch after this fraction of moves: input-bound
+
+
+@dataclass(frozen=True)
+class TuningDecision:
+    """What the tuner chose for one stage and why (readable from Python, logged once it settles)."""
+
+    stage: str
+    num_threads: int
+    capacity: int
+    own_pool: bool
+    settled: bool
+    reason: str
+    tried: tuple[tuple[int, int, float], ...] = ()   # (lanes, capacity, batches/s) per window tried
+
+
+@dataclass(frozen=True)
+class PipelineStats:
+    """A snapshot of one stage's pipeline (the last measurement window, and totals).
+
+    occupancy: mean batches in the buffer right after a move; empty_fraction: moves after which the
+    buffer held at most one batch (the step was, or was about to be, waiting for input);
+    producer_wait_seconds: mean time a move waited for room (the producer waiting for the step);
+    consumer_wait_seconds: mean wait of a step for its batch, from the hook's timing when it has one
+    (None otherwise); head/body_seconds: prefetch time per batch, serial and parallel parts.
+    """
+
+    stage: str
+    num_threads: int
+    capacity: int
+    own_pool: bool
+    ordered: bool
+    batches: int
+    batches_per_second: float
+    occupancy: float
+    empty_fraction: float
+    producer_wait_seconds: float
+    consumer_wait_seconds: float | None
+    head_seconds: float
+    body_seconds: float
+    batch_bytes: int
+    decision: TuningDecision | None = None
+
+
+@dataclass
+class _Window:
+    started: float = field(default_factory=time.monotonic)
+    batches: int = 0
+    head: float = 0.0
+    body: float = 0.0
+    wait: float = 0.0
+    occupancy: int = 0
+    empty: int = 0
+
+    def rate(self, now: float) -> float:
+        return self.batches / max(now - self.started, 1e-9)
+
+
+class StageMeter:
+    """Per-batch measurements of one stage, summed per window (thread-safe, cheap)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.window = _Window()
+        self.last: _Window | None = None
+        self.last_rate = 0.0
+        self.total = 0
+        self.batch_bytes = 0
+        self.step_waits: list[float] = []
+
+    def produced(self, head: float, body: float) -> None:
+        with self._lock:
+            self.window.head += head
+            self.window.body += body
+
+    def moved(self, wait: float, occupancy: int | None) -> None:
+        with self._lock:
+            self.window.batches += 1
+            self.total += 1
+            self.window.wait += wait
+            if occupancy is not None:
+                self.window.occupancy += occupancy
+                self.window.empty += occupancy <= 1
+
+    def bytes_seen(self, value: int) -> None:
+        self.batch_bytes = max(self.batch_bytes, int(value))
+
+    def step_waited(self, seconds: float) -> None:
+        with self._lock:
+            self.step_waits.append(seconds)
+            del self.step_waits[:-WINDOW_BATCHES]
+
+    def window_full(self, now: float) -> bool:
+        w = self.window
+        return w.batches >= WINDOW_BATCHES and now - w.started >= WINDOW_SECONDS
+
+    def close_window(self, now: float) -> _Window:
+        with self._lock:
+            done, self.window = self.window, _Window(started=now)
+            self.last, self.last_rate = done, done.rate(now)
+            return done
+
+
+class Tuner:
+    """Hill-climbs the lane count (and capacity) of one stage on measured batches/s.
+
+    tune_threads / tune_capacity: which settings are AUTOTUNE (explicit ones never change).
+    max_lanes: the lanes that exist; max_buffered_bytes: the cap on buffered bytes.
+    """
+
+    def __init__(self, stage: str, threads: int, capacity: int, tune_threads: bool, tune_capacity: bool,
+                 max_lanes: int, max_buffered_bytes: int, own_pool: bool = False):
+        self.stage = stage
+        self.threads = threads
+        self.capacity = capacity
+        self.tune_threads = tune_threads and max_lanes > 1
+        self.tune_capacity = tune_capacity
+        self.max_lanes = max_lanes
+        self.max_buffered_bytes = max_buffered_bytes
+        self.own_pool = own_pool
+        self.tried: list[tuple[int, int, float]] = []
+        self._best: tuple[int, int, float] | None = None
+        self._settled_rate: float | None = None
+        self.settled = not (self.tune_threads or self.tune_capacity)
+        self.reason = "explicit settings" if self.settled else "measuring"
+        self._skip_next = True  # the first window after a change still holds the old setting's batches
+
+    def capacity_limit(self, batch_bytes: int) -> int:
+        """The most batches the byte cap allows (at least 1)."""
+        if batch_bytes <= 0:
+            return AUTOTUNE_HARD_CAPACITY
+        return max(1, min(AUTOTUNE_HARD_CAPACITY, self.max_buffered_bytes // batch_bytes))
+
+    def decision(self) -> TuningDecision:
+        return TuningDecision(self.stage, self.threads, self.capacity, self.own_pool, self.settled,
+                              self.reason, tuple(self.tried))
+
+    def observe(self, window: _Window, rate: float, batch_bytes: int) -> bool:
+        """One finished window; True when the settings changed."""
+        limit = self.capacity_limit(batch_bytes)
+        if self.tune_capacity and self.capacity > limit:
+            self.capacity = limit
+            self.reason = f"capacity cut to {limit}: max_buffered_bytes={self.max_buffered_bytes} / {batch_bytes} B per batch"
+            return True
+        if self._skip_next:
+            self._skip_next = False
+            return False
+        empty = window.empty / max(window.batches, 1)
+        self.tried.append((self.threads, self.capacity, round(rate, 2)))
+        if self.settled:
+            return self._watch(rate, empty)
+        best = self._best
+        if best is None or rate > best[2] * (1 + GAIN_MARGIN):
+            self._best = (self.threads, self.capacity, rate)
+            if empty >= EMPTY_FRACTION and self.tune_threads and self.threads < self.max_lanes:
+                return self._change(self.threads + 1, self.capacity, "the buffer ran empty: one lane more")
+            if empty >= EMPTY_FRACTION and self.tune_capacity and self.capacity * 2 <= limit:
+                return self._change(self.threads, self.capacity * 2, "the buffer ran empty: capacity doubled")
+            why = ("the buffer stays filled: the step, not the input, sets the pace" if empty < EMPTY_FRACTION
+                   else "no more lanes or capacity to try")
+            return self._settle(rate, why)
+        # The last change did not pay: go back to the best setting and settle there.
+        lanes, capacity, best_rate = best
+        self._settle(best_rate, f"{self.threads} lanes / capacity {self.capacity} ran {rate:.1f} batches/s, "
+                                f"not more than {lanes} / {capacity} at {best_rate:.1f}")
+        changed = (lanes, capacity) != (self.threads, self.capacity)
+        self.threads, self.capacity = lanes, capacity
+        return changed
+
+    def _change(self, threads: int, capacity: int, why: str) -> bool:
+        self.threads, self.capacity, self.reason, self._skip_next = threads, capacity, why, True
+        return True
+
+    def _settle(self, rate: float, why: str) -> bool:
+        self.settled, self._settled_rate, self.reason, self._skip_next = True, rate, why, True
+        logger.info("stage %s: autotune settled on %d lanes, capacity %d (%.1f batches/s): %s",
+                    self.stage, self.threads, self.capacity, rate, why)
+        return False
+
+    def _watch(self, rate: float, empty: float) -> bool:
+        base = self._settled_rate or rate
+        if abs(rate - base) <= base * RETUNE_MARGIN or not (self.tune_threads or self.tune_capacity):
+            return False
+        logger.info("stage %s: throughput moved from %.1f to %.1f batches/s; tuning again", self.stage, base, rate)
+        self.settled, self._best, self.reason = False, None, "throughput changed; measuring again"
+        return self._change(1 if self.tune_threads else self.threads, self.capacity, self.reason)

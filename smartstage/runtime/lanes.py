@@ -1,0 +1,240 @@
+"""Ordered lanes: the prefetch side of a stage split into a serial *head* and a parallel *body*.
+
+    before:  k threads run  put(body(head()))  at once     -> batches reach the buffer in any order
+    after:   head (serial, ticket n)  ->  body on lane n's thread  ->  lane queue  ->  merger (ticket order)
+
+The *head* is every op of the prefetch side whose result depends on how often or in which order it
+runs: input ops (IteratorGetNext, queue dequeues, reader reads), random ops, anything else stateful
+(a py_func, a variable read), with everything upstream of them and anything tied to them by a control
+edge. It runs once per batch, under one lock, so batch n is always the n-th result of the input. The
+*body* is the rest (stateless ops, read-only table lookups, Asserts): it runs on several lane threads
+at once, fed the head's values, into its lane's own small FIFO queue (`lane_enqueue`, consuming
+exactly the put's current inputs: no op is duplicated). One merger thread moves ticket 0, 1, 2, ...
+from the recorded lane into the stage's buffer (`lane_move`: dequeue -> enqueue, in the graph, no
+Python copy).
+
+Nothing of the user's graph is edited: the split is computed from the live tf.Graph when the prefetch
+threads start, and the lane ops are added next to the stage (under `<stage>/lanes`), so they consume
+the put's inputs as they are then (after any rewrite). A finalized graph without lanes gets none, and
+the stage runs one ordered thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import tensorflow as tf
+from tensorflow.python.ops import gen_data_flow_ops
+
+logger = logging.getLogger(__name__)
+
+LANES_SCOPE = "lanes"
+
+# Stateful ops that may run in every run (the body's too): they create or look up a handle, or their
+# effect does not depend on the order or number of runs.
+_BODY_STATEFUL_OPS = {
+    "Assert", "Print", "PrintV2", "LookupTableFindV2", "LookupTableFind", "LookupTableSizeV2",
+    "LookupTableSize", "NoOp",
+}
+_HANDLE_OPS = {
+    "HashTableV2", "HashTable", "MutableHashTableV2", "MutableHashTable", "MutableHashTableOfTensorsV2",
+    "MutableDenseHashTableV2", "VarHandleOp", "VariableV2", "Variable", "FIFOQueueV2", "FIFOQueue",
+    "PaddingFIFOQueueV2", "PaddingFIFOQueue", "RandomShuffleQueueV2", "RandomShuffleQueue",
+    "PriorityQueueV2", "PriorityQueue", "IteratorV2", "Iterator", "OneShotIterator", "TFRecordReaderV2",
+    "TextLineReaderV2", "WholeFileReaderV2", "IdentityReaderV2", "FixedLengthRecordReaderV2",
+    "LMDBReader", "Stage", "Unstage",
+}
+_UNFEEDABLE = {tf.resource, tf.variant}
+
+
+@dataclass(frozen=True)
+class PrefetchSplit:
+    """The head/body split of one stage's prefetch side (analysis only; nothing built).
+
+    head_ops: names of the ops that run once per batch, in order (the head run).
+    cut: tensors the head computes and the body reads (fetched from the head run, fed to the body run).
+    head_targets: head ops the put waits for through a control edge only (run, through a NoOp that
+        waits for them, by the head).
+    """
+
+    head_ops: frozenset[str]
+    cut: tuple[tf.Tensor, ...]
+    head_targets: tuple[tf.Operation, ...]
+
+    @property
+    def body_has_work(self) -> bool:
+        return bool(self.cut) or not self.head_ops
+
+
+def _is_handle_op(op: tf.Operation) -> bool:
+    if op.type in _HANDLE_OPS:
+        return True
+    return (not op.inputs and bool(op.outputs)
+            and all(t.dtype == tf.resource for t in op.outputs) and not op.type.startswith("Anonymous"))
+
+
+def _is_head_op(op: tf.Operation) -> bool:
+    """Whether `op` must run once per batch, in order (its result depends on earlier runs)."""
+    if op.type in _BODY_STATEFUL_OPS or _is_handle_op(op):
+        return False
+    try:
+        return bool(op.op_def.is_stateful)
+    except (AttributeError, ValueError):  # an op without a registered OpDef: assume the worst
+        return True
+
+
+def _crossable(tensor: tf.Tensor) -> bool:
+    """Whether the head can hand `tensor` to the body (fetch it as a value, then feed it)."""
+    graph = tensor.graph
+    return (tensor.dtype.base_dtype not in _UNFEEDABLE and graph.is_fetchable(tensor.op)
+            and graph.is_feedable(tensor))
+
+
+def _ancestors(ops: list[tf.Operation]) -> set[tf.Operation]:
+    seen: set[tf.Operation] = set()
+    todo = list(ops)
+    while todo:
+        op = todo.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        todo.extend(t.op for t in op.inputs)
+        todo.extend(op.control_inputs)
+    return seen
+
+
+def split_prefetch_side(put: tf.Operation) -> PrefetchSplit:
+    """Splits the prefetch side of `put` (a QueueEnqueueV2) into its head and its body.
+
+        before:  GetNext -> decode -> hash -> put
+        after:   head {GetNext}, cut [GetNext:0], body {decode, hash}
+    """
+    side = _ancestors([put]) - {put}
+    head = {op for op in side if _is_head_op(op)}
+    changed = True
+    while changed:  # fixpoint: upstream of the head, control-tied to it, or fed an unfeedable tensor
+        changed = False
+        grown = {a for a in _ancestors(list(head)) if not _is_handle_op(a)}
+        for op in side - grown:
+            if any(c in grown for c in op.control_inputs) or any(
+                    t.op in grown and not _crossable(t) for t in op.inputs):
+                grown.add(op)
+        if grown != head:
+            head, changed = grown, True
+    cut: dict[str, tf.Tensor] = {}
+    for op in list(side - head) + [put]:
+        for tensor in op.inputs:
+            if tensor.op in head:
+                cut.setdefault(tensor.name, tensor)
+    targets = tuple(c for c in put.control_inputs if c in head)
+    return PrefetchSplit(frozenset(op.name for op in head), tuple(cut.values()), targets)
+
+
+@dataclass(frozen=True)
+class Lane:
+    """The ops of one lane: its queue, the body's enqueue into it, and the move into the stage buffer."""
+
+    enqueue: tf.Operation
+    move: tf.Operation
+    occupancy: tf.Tensor     # the stage buffer's size right after this lane's move
+    size: tf.Tensor          # batches waiting in this lane's queue
+    discard: tf.Operation    # dequeues one batch and drops it (re-initialisation)
+
+
+@dataclass(frozen=True)
+class LaneGraph:
+    """Everything the ordered producer of one stage runs besides the put itself."""
+
+    split: PrefetchSplit
+    lanes: tuple[Lane, ...]
+    head_targets: tf.Operation | None  # a NoOp waiting for split.head_targets (some are not fetchable)
+    batch_bytes: tf.Tensor | None     # bytes of one batch (the put's inputs), computed by the body run
+    put_occupancy: tf.Tensor | None   # the buffer's size right after the put (one-thread path)
+    put_inputs: tuple[str, ...]
+
+
+def _batch_bytes(components: list[tf.Tensor]) -> tf.Tensor:
+    parts = []
+    for tensor in components:
+        if tensor.dtype == tf.string:
+            parts.append(tf.reduce_sum(tf.cast(tf.strings.length(tensor), tf.int64)) + 8 * tf.size(tensor, tf.int64))
+        elif tensor.dtype in _UNFEEDABLE:
+            continue
+        else:
+            parts.append(tf.size(tensor, out_type=tf.int64) * tensor.dtype.size)
+    return tf.add_n(parts) if parts else tf.constant(0, tf.int64)
+
+
+def _existing(graph: tf.Graph, scope: str, put: tf.Operation, count: int) -> LaneGraph | None:
+    """Lanes built earlier for the same put inputs (a second session on this graph), if any."""
+    try:
+        marker = graph.get_operation_by_name(f"{scope}/lane_0/enqueue")
+    except KeyError:
+        return None
+    inputs = tuple(t.name for t in put.inputs[1:])
+    if tuple(t.name for t in marker.inputs[1:]) != inputs:
+        return None
+    lanes = []
+    for index in range(count):
+        prefix = f"{scope}/lane_{index}"
+        try:
+            lanes.append(Lane(
+                graph.get_operation_by_name(f"{prefix}/enqueue"), graph.get_operation_by_name(f"{prefix}/move"),
+                graph.get_tensor_by_name(f"{prefix}/occupancy:0"), graph.get_tensor_by_name(f"{prefix}/size:0"),
+                graph.get_operation_by_name(f"{prefix}/discard")))
+        except KeyError:
+            break
+    split = split_prefetch_side(put)
+    targets = graph.get_operation_by_name(f"{scope}/head_targets") if split.head_targets else None
+    return LaneGraph(split, tuple(lanes), targets, graph.get_tensor_by_name(f"{scope}/batch_bytes:0"),
+                     graph.get_tensor_by_name(f"{scope}/put_occupancy:0"), inputs)
+
+
+def lane_graph(graph: tf.Graph, stage_name: str, put: tf.Operation, buffer: tf.Tensor,
+               count: int) -> tuple[LaneGraph | None, str]:
+    """The lane ops of a stage (built now if the graph is not finalized); (None, why) when there are none.
+
+        before:  stage/put(buffer, a, b)
+        after:   stage/lanes/lane_<i>/{queue, enqueue(a, b), move, occupancy, size, discard}, stage/lanes/batch_bytes
+    """
+    base = f"{stage_name}/{LANES_SCOPE}"
+    found = _existing(graph, base, put, count)
+    if found is not None and len(found.lanes) >= count:
+        return found, ""
+    if graph.finalized:
+        return None, ("the graph is finalized and has no lanes for this stage; build the session through "
+                      "smartstage.make_prefetch_hook() (its begin() builds them) or start the prefetch threads "
+                      "before finalizing")
+    components = list(put.inputs[1:])
+    dtypes = [t.dtype.base_dtype for t in components]
+    shapes = [t.shape for t in components]
+    fully_defined = all(s.is_fully_defined() for s in shapes)
+    split = split_prefetch_side(put)
+    with graph.as_default(), tf.compat.v1.name_scope(None):
+        scope = graph.unique_name(base, mark_as_used=False)
+        with tf.compat.v1.name_scope(scope + "/"), tf.device(put.device):
+            lanes = []
+            for index in range(count):
+                with tf.compat.v1.name_scope(f"lane_{index}"):
+                    queue = gen_data_flow_ops.fifo_queue_v2(
+                        component_types=dtypes, shapes=shapes if fully_defined else [], capacity=1, name="queue")
+                    with tf.control_dependencies([c for c in put.control_inputs if c.name not in split.head_ops]):
+                        enqueue = gen_data_flow_ops.queue_enqueue_v2(queue, components, name="enqueue")
+                    taken = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="dequeue")
+                    taken = list(taken) if isinstance(taken, (list, tuple)) else [taken]
+                    move = gen_data_flow_ops.queue_enqueue_v2(buffer, taken, name="move")
+                    with tf.control_dependencies([move]):
+                        occupancy = gen_data_flow_ops.queue_size_v2(buffer, name="occupancy")
+                    size = gen_data_flow_ops.queue_size_v2(queue, name="size")
+                    discard = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="discard")
+                    discard = (discard[0] if isinstance(discard, (list, tuple)) else discard).op
+                    lanes.append(Lane(enqueue, move, occupancy, size, discard))
+            targets = tf.group(*split.head_targets, name="head_targets") if split.head_targets else None
+            batch_bytes = tf.identity(_batch_bytes(components), name="batch_bytes")
+            with tf.control_dependencies([put]):
+                put_occupancy = gen_data_flow_ops.queue_size_v2(buffer, name="put_occupancy")
+    logger.debug("stage %s: built %d lanes under %s (head %d ops, %d cut tensors)",
+                 stage_name, count, scope, len(split.head_ops), len(split.cut))
+    return LaneGraph(split, tuple(lanes), targets, batch_bytes, put_occupancy,
+                     tuple(t.name for t in components)), ""

@@ -1,0 +1,278 @@
+"""The ordered producer of one stage: tickets, lanes and a merger, so batches keep input order.
+
+    before:  k threads each run the put        -> batch order depends on who finishes first
+    after:   ticket n: head (serial) -> body on a lane -> merger moves n after n-1   -> input order
+
+With one active lane it runs today's single put per batch (ticket order is then trivial). With k > 1
+lanes (runtime/lanes.py) every worker thread, in turn: takes the next ticket and runs the head under
+one lock, runs the body into its own lane queue, and records "ticket n is in lane i". The merger
+moves tickets 0, 1, 2, ... in order into the stage buffer. What each ticket's outcome means:
+
+- moved / in a lane: the batch goes into the buffer in its turn;
+- an ignored-type error: the ticket is skipped (logged), the others go on;
+- end of input (closed-type error): every earlier ticket is moved, then the buffer closes;
+- any other error: every earlier ticket is moved, the buffer closes, and the error waits until the
+  step has taken every good batch (PrefetchThreads.defer_error), then arrives as itself; no later
+  ticket is ever moved, and no head runs after the failing one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import tensorflow as tf
+
+from smartstage.runtime.autotune import StageMeter, Tuner
+
+if TYPE_CHECKING:
+    from smartstage.runtime.lanes import LaneGraph
+    from smartstage.runtime.stage_threads import StageThreads
+
+logger = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.05        # how often a waiting worker looks at the stop flags
+GATE_POLL_SECONDS = 0.001  # how often a full (soft-capped) buffer is looked at
+DRAIN_POLL_SECONDS = 0.005
+
+
+class OrderedProducer:
+    """Worker threads and a merger for one stage; `active` lanes produce at a time (1: the plain put)."""
+
+    def __init__(self, stage: "StageThreads", lanes: "LaneGraph | None", tuner: Tuner, meter: StageMeter):
+        self.stage = stage
+        self.sess = stage.sess
+        self.lanes = lanes
+        self.tuner = tuner
+        self.meter = meter
+        self.workers = len(lanes.lanes) if lanes is not None else 1
+        self._cond = threading.Condition()
+        self._head_lock = threading.Lock()
+        self._next_ticket = 0
+        self._merged = 0
+        self._outcomes: dict[int, tuple] = {}
+        self._head_done = False
+        self._lane_last = [-1] * self.workers
+        self._occupancy = 0
+        self.active = min(tuner.threads, self.workers)
+        self.soft_capacity = tuner.capacity if tuner.tune_capacity else None
+        self.threads: list[threading.Thread] = []
+
+    # -- control -----------------------------------------------------------------------------------
+    def halted(self) -> bool:
+        return self.stage.owner.stopping() or self.stage.paused() or bool(getattr(self.sess, "_closed", False))
+
+    def apply(self, threads: int, capacity: int) -> None:
+        """New settings from the tuner; they take effect at the next ticket (no step waits for them)."""
+        with self._cond:
+            self.active = max(1, min(threads, self.workers))
+            if self.soft_capacity is not None:
+                self.soft_capacity = capacity
+            self._cond.notify_all()
+
+    def discard_lane_leftovers(self) -> None:
+        """Drops batches left in lane queues by a stop (re-initialisation): they belong to the old input."""
+        if self.lanes is None:
+            return
+        for lane in self.lanes.lanes:
+            for _ in range(int(self.stage.control_run(lane.size))):
+                self.stage.control_run(lane.discard)
+
+    def start(self, prime: bool) -> None:
+        if prime and not self._prime():
+            return
+        names = [f"smartstage-prefetch-{self.stage.name}-{i}" for i in range(self.workers)]
+        self.threads = [threading.Thread(target=self._work, args=(i,), name=n, daemon=True)
+                        for i, n in enumerate(names)]
+        self.threads.append(threading.Thread(target=self._merge, name=f"smartstage-prefetch-{self.stage.name}-merger",
+                                             daemon=True))
+        for thread in self.threads:
+            thread.start()
+
+    def _prime(self) -> bool:
+        """Ticket 0 in the caller's thread (a resettable stage: an uninitialised iterator or an input
+        already at its end is known before any step takes). True: start the threads."""
+        self._next_ticket = 1
+        outcome = self._run_direct(0)
+        if outcome[0] == "error":
+            self.stage.finish(outcome[1], deferred=False)
+            return False
+        self._outcomes[0] = outcome
+        return True
+
+    # -- workers -----------------------------------------------------------------------------------
+    def _record(self, ticket: int, outcome: tuple) -> None:
+        with self._cond:
+            self._outcomes[ticket] = outcome
+            if outcome[0] == "error":
+                self._head_done = True   # no head runs after a failing ticket
+            self._cond.notify_all()
+
+    def _wait_turn(self, index: int) -> bool:
+        with self._cond:
+            while not (self.halted() or self._head_done
+                       or (index < self.active and self._lane_last[index] < self._merged)):
+                self._cond.wait(POLL_SECONDS)
+            return not (self.halted() or self._head_done)
+
+    def _work(self, index: int) -> None:
+        while self._wait_turn(index):
+            with self._head_lock:
+                with self._cond:
+                    if self._head_done or index >= self.active:
+                        continue
+                    ticket = self._next_ticket
+                    self._next_ticket += 1
+                    direct = self.active == 1 or self.lanes is None
+                if direct:
+                    self._direct(ticket)
+                    continue
+                head = self._run_head(ticket)
+            if head is not None:
+                self._run_body(index, ticket, *head)
+        logger.debug("prefetch worker %d of stage %s stopped", index, self.stage.name)
+
+    def _direct(self, ticket: int) -> None:
+        with self._cond:  # every earlier ticket must be in the buffer before this put
+            while self._merged < ticket and not self.halted():
+                self._cond.wait(POLL_SECONDS)
+        if self.halted():
+            self._record(ticket, ("quiet",))
+            return
+        self._gate()
+        self._record(ticket, self._run_direct(ticket))
+
+    def _run_direct(self, ticket: int) -> tuple:
+        stage = self.stage
+        started = time.monotonic()
+        try:
+            feed = stage.feed_dict()
+            fetches = [stage.put] if self.lanes is None else [self.lanes.put_occupancy]
+            measure_bytes = self.lanes is not None and (ticket < 4 or ticket % 16 == 0)
+            if measure_bytes:
+                fetches.append(self.lanes.batch_bytes)
+            with stage.in_flight(0):
+                values = self.sess.run(fetches, feed_dict=feed, options=stage.run_options)
+            if self.lanes is None and self.soft_capacity is not None and stage.size is not None:
+                values[0] = self.sess.run(stage.size)  # the occupancy the soft cap needs
+        except Exception as error:  # noqa: BLE001  classified by the merger, in ticket order
+            return self._classified(ticket, error)
+        self.meter.produced(time.monotonic() - started, 0.0)
+        if measure_bytes:
+            self.meter.bytes_seen(values[1])
+        return ("moved", None if values[0] is None else int(values[0]))
+
+    def _classified(self, ticket: int, error: Exception) -> tuple:
+        kind = self.stage.classify(error)
+        if kind == "ignored":
+            logger.warning("stage %s: ignores an error at batch %d and goes on: %s", self.stage.name, ticket, error)
+            return ("skip",)
+        return ("error", error)
+
+    def _record_error(self, ticket: int, error: Exception) -> None:
+        outcome = self._classified(ticket, error)
+        if outcome[0] == "skip":
+            with self._cond:
+                self._outcomes[ticket] = outcome
+                self._cond.notify_all()
+        else:
+            self._record(ticket, outcome)
+
+    def _run_head(self, ticket: int):
+        split = self.lanes.split
+        started = time.monotonic()
+        try:
+            feed = self.stage.feed_dict()
+            values = []
+            targets = [self.lanes.head_targets] if self.lanes.head_targets is not None else []
+            if split.cut or targets:
+                values = self.sess.run([list(split.cut), targets], feed_dict=feed,
+                                       options=self.stage.run_options)[0]
+        except Exception as error:  # noqa: BLE001
+            self._record_error(ticket, error)
+            return None
+        return values, feed or {}, time.monotonic() - started
+
+    def _run_body(self, index: int, ticket: int, values, feed: dict, head_seconds: float) -> None:
+        lane = self.lanes.lanes[index]
+        feed = dict(feed)
+        feed.update(zip(self.lanes.split.cut, values))
+        fetches = [lane.enqueue]
+        measure_bytes = ticket < 4 or ticket % 16 == 0
+        if measure_bytes:
+            fetches.append(self.lanes.batch_bytes)
+        started = time.monotonic()
+        try:
+            result = self.sess.run(fetches, feed_dict=feed, options=self.stage.run_options)
+        except Exception as error:  # noqa: BLE001
+            self._record_error(ticket, error)
+            return
+        self.meter.produced(head_seconds, time.monotonic() - started)
+        if measure_bytes:
+            self.meter.bytes_seen(result[1])
+        with self._cond:
+            self._lane_last[index] = ticket
+        self._record(ticket, ("lane", index))
+
+    def _gate(self) -> None:
+        """With a tuned capacity, waits until the buffer holds fewer batches than the soft cap."""
+        cap = self.soft_capacity
+        if cap is None or self._occupancy < cap:
+            return
+        size = self.stage.size
+        while not self.halted():
+            try:
+                self._occupancy = int(self.sess.run(size))
+            except (tf.errors.OpError, RuntimeError):
+                return
+            if self._occupancy < (self.soft_capacity or cap):
+                return
+            time.sleep(GATE_POLL_SECONDS)
+
+    # -- merger ------------------------------------------------------------------------------------
+    def _merge(self) -> None:
+        while True:
+            with self._cond:
+                while self._merged not in self._outcomes and not self.halted():
+                    self._cond.wait(POLL_SECONDS)
+                if self.halted() and self._merged not in self._outcomes:
+                    return
+                outcome = self._outcomes.pop(self._merged)
+            kind = outcome[0]
+            if kind in ("error", "quiet"):
+                if kind == "error":
+                    self.stage.finish(outcome[1], deferred=True)
+                return
+            if kind == "lane":
+                started = time.monotonic()
+                self._gate()
+                try:
+                    with self.stage.in_flight(self.workers):
+                        occupancy = self.sess.run(self.lanes.lanes[outcome[1]].occupancy,
+                                                  options=self.stage.run_options)
+                except Exception as error:  # noqa: BLE001
+                    if not self.halted():
+                        self.stage.finish(error, deferred=True)
+                    return
+                self._occupancy = int(occupancy)
+                self.meter.moved(time.monotonic() - started, self._occupancy)
+            elif kind == "moved":
+                if outcome[1] is not None:
+                    self._occupancy = outcome[1]
+                self.meter.moved(0.0, outcome[1])
+            with self._cond:
+                self._merged += 1
+                self._cond.notify_all()
+            self._tune()
+
+    def _tune(self) -> None:
+        now = time.monotonic()
+        if not self.meter.window_full(now):
+            return
+        window = self.meter.close_window(now)
+        if self.tuner.observe(window, self.meter.last_rate, self.meter.batch_bytes):
+            logger.debug("stage %s: autotune tries %d lanes, capacity %d (%s)", self.stage.name,
+                         self.tuner.threads, self.tuner.capacity, self.tuner.reason)
+            self.apply(self.tuner.threads, self.tuner.capacity)
