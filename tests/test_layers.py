@@ -58,9 +58,14 @@ def import_graph() -> nx.DiGraph:
     graph = nx.DiGraph()
     graph.add_nodes_from(modules)
     for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             targets = []
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("smartstage"):
+            if isinstance(node, ast.ImportFrom) and node.level > 0:  # from . import x; from ..graph import y
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                origin = f"{base}.{node.module}" if node.module else base
+                targets = [_resolve(f"{origin}.{a.name}", modules) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("smartstage"):
                 targets = [_resolve(f"{node.module}.{a.name}", modules) for a in node.names]
             elif isinstance(node, ast.Import):
                 targets = [_resolve(a.name, modules) for a in node.names if a.name.startswith("smartstage")]
@@ -109,6 +114,8 @@ def test_the_layer_check_sees_lazy_imports(tmp_path):
     assert layer_of("smartstage.optimizer") == ("smartstage.optimizer", 3)
     # the graph includes imports inside functions: live_rewrite imports the optimizer lazily
     assert import_graph().has_edge("smartstage.session.live_rewrite", "smartstage.optimizer")
+    # relative imports count too: compat's package imports its sessions module as `from . import sessions`
+    assert import_graph().has_edge("smartstage.compat", "smartstage.compat.sessions")
 
 
 def test_no_module_over_450_lines():
