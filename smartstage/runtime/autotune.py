@@ -54,8 +54,9 @@ class PipelineStats:
     occupancy: mean batches in the buffer right after a move; empty_fraction: moves after which the
     buffer held at most one batch (the step was, or was about to be, waiting for input);
     producer_wait_seconds: mean time a move waited for room (the producer waiting for the step);
-    consumer_wait_seconds: mean wait of a step for its batch, from the hook's timing when it has one
-    (None otherwise); head/body_seconds: prefetch time per batch, serial and parallel parts.
+    step_seconds: mean time of a training step as the prefetch hook timed it (None without the hook);
+    head/body_seconds: prefetch time per batch, serial and parallel parts; lane_batches: batches
+    each lane produced (lane 0 includes the one-thread put).
     """
 
     stage: str
@@ -68,10 +69,11 @@ class PipelineStats:
     occupancy: float
     empty_fraction: float
     producer_wait_seconds: float
-    consumer_wait_seconds: float | None
+    step_seconds: float | None
     head_seconds: float
     body_seconds: float
     batch_bytes: int
+    lane_batches: tuple[int, ...]
     decision: TuningDecision | None = None
 
 
@@ -99,7 +101,7 @@ class StageMeter:
         self.last_rate = 0.0
         self.total = 0
         self.batch_bytes = 0
-        self.step_waits: list[float] = []
+        self.step_times: list[float] = []
 
     def produced(self, head: float, body: float) -> None:
         with self._lock:
@@ -118,10 +120,23 @@ class StageMeter:
     def bytes_seen(self, value: int) -> None:
         self.batch_bytes = max(self.batch_bytes, int(value))
 
-    def step_waited(self, seconds: float) -> None:
+    def step_timed(self, seconds: float) -> None:
+        """One training step's time (the prefetch hook calls this)."""
         with self._lock:
-            self.step_waits.append(seconds)
-            del self.step_waits[:-WINDOW_BATCHES]
+            self.step_times.append(seconds)
+            del self.step_times[:-WINDOW_BATCHES]
+
+    def summary(self) -> dict:
+        """The last finished window (the current one before any finished), per batch."""
+        with self._lock:
+            w = self.last if self.last is not None else self.window
+            n = max(w.batches, 1)
+            rate = self.last_rate if self.last is not None else w.rate(time.monotonic())
+            steps = list(self.step_times)
+        return dict(batches=self.total, batches_per_second=rate, occupancy=w.occupancy / n,
+                    empty_fraction=w.empty / n, producer_wait_seconds=w.wait / n,
+                    step_seconds=sum(steps) / len(steps) if steps else None,
+                    head_seconds=w.head / n, body_seconds=w.body / n, batch_bytes=self.batch_bytes)
 
     def window_full(self, now: float) -> bool:
         w = self.window
@@ -168,12 +183,20 @@ class Tuner:
         return TuningDecision(self.stage, self.threads, self.capacity, self.own_pool, self.settled,
                               self.reason, tuple(self.tried))
 
-    def observe(self, window: _Window, rate: float, batch_bytes: int) -> bool:
-        """One finished window; True when the settings changed."""
+    def cap_capacity(self, batch_bytes: int) -> bool:
+        """Applies the byte cap as soon as a batch's size is known; True when capacity shrank."""
         limit = self.capacity_limit(batch_bytes)
         if self.tune_capacity and self.capacity > limit:
             self.capacity = limit
-            self.reason = f"capacity cut to {limit}: max_buffered_bytes={self.max_buffered_bytes} / {batch_bytes} B per batch"
+            self.reason = (f"capacity cut to {limit}: max_buffered_bytes={self.max_buffered_bytes} / "
+                           f"{batch_bytes} B per batch")
+            return True
+        return False
+
+    def observe(self, window: _Window, rate: float, batch_bytes: int) -> bool:
+        """One finished window; True when the settings changed."""
+        limit = self.capacity_limit(batch_bytes)
+        if self.cap_capacity(batch_bytes):
             return True
         if self._skip_next:
             self._skip_next = False

@@ -15,6 +15,7 @@ coordinator: the user sees the error's own type and message, never a quiet end o
 from __future__ import annotations
 
 import logging
+import time
 from typing import Iterable
 
 import tensorflow as tf
@@ -46,6 +47,7 @@ class PrefetchHook(tf.compat.v1.train.SessionRunHook):
         self._threads: PrefetchThreads | None = None
         self._reinit: ReinitWatch | None = None
         self._paused: list[str] = []
+        self._step_started: float | None = None
 
     @property
     def threads(self) -> PrefetchThreads | None:
@@ -69,11 +71,14 @@ class PrefetchHook(tf.compat.v1.train.SessionRunHook):
             self._threads.raise_if_error()
             if self._reinit is not None and self._reinit.active:
                 self._paused = self._reinit.pause_for(self._threads, run_context.original_args.fetches)
+        self._step_started = time.monotonic()
         return None
 
     def after_run(self, run_context, run_values) -> None:
         paused, self._paused = self._paused, []
         ReinitWatch.resume(self._threads, paused)
+        if self._threads is not None and self._step_started is not None:
+            self._threads.step_timed(time.monotonic() - self._step_started)
 
     def end(self, session) -> None:
         threads, self._threads = self._threads, None

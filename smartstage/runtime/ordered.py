@@ -55,6 +55,7 @@ class OrderedProducer:
         self._outcomes: dict[int, tuple] = {}
         self._head_done = False
         self._lane_last = [-1] * self.workers
+        self.lane_batches = [0] * self.workers
         self._occupancy = 0
         self.active = min(tuner.threads, self.workers)
         self.soft_capacity = tuner.capacity if tuner.tune_capacity else None
@@ -160,8 +161,9 @@ class OrderedProducer:
         except Exception as error:  # noqa: BLE001  classified by the merger, in ticket order
             return self._classified(ticket, error)
         self.meter.produced(time.monotonic() - started, 0.0)
+        self.lane_batches[0] += 1
         if measure_bytes:
-            self.meter.bytes_seen(values[1])
+            self._bytes_seen(values[1])
         return ("moved", None if values[0] is None else int(values[0]))
 
     def _classified(self, ticket: int, error: Exception) -> tuple:
@@ -210,11 +212,17 @@ class OrderedProducer:
             self._record_error(ticket, error)
             return
         self.meter.produced(head_seconds, time.monotonic() - started)
+        self.lane_batches[index] += 1
         if measure_bytes:
-            self.meter.bytes_seen(result[1])
+            self._bytes_seen(result[1])
         with self._cond:
             self._lane_last[index] = ticket
         self._record(ticket, ("lane", index))
+
+    def _bytes_seen(self, value) -> None:
+        self.meter.bytes_seen(value)
+        if self.soft_capacity is not None and self.tuner.cap_capacity(self.meter.batch_bytes):
+            self.apply(self.tuner.threads, self.tuner.capacity)
 
     def _gate(self) -> None:
         """With a tuned capacity, waits until the buffer holds fewer batches than the soft cap."""

@@ -40,6 +40,7 @@ import tensorflow as tf
 from smartstage.errors import StageRuntimeError
 from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.metadata import stage_defs
+from smartstage.runtime.autotune import PipelineStats, TuningDecision
 from smartstage.runtime.stage_threads import StageThreads
 
 logger = logging.getLogger(__name__)
@@ -82,6 +83,23 @@ class PrefetchThreads:
     def error(self) -> BaseException | None:
         """The first unexpected error of a prefetch thread, or None."""
         return self._error
+
+    def stats(self) -> list[PipelineStats]:
+        """Each stage's pipeline now (occupancy, waits, settings in force, what autotune chose and why).
+
+            before:  threads = start_prefetch_threads(sess)
+            after:   threads.stats()[0].decision.num_threads   # e.g. 2, with .reason saying why
+        """
+        return [stage.stats() for stage in self._stages]
+
+    def decisions(self) -> list[TuningDecision]:
+        """What autotune chose for each stage, and why (settled or still measuring)."""
+        return [stage.tuner.decision() for stage in self._stages]
+
+    def step_timed(self, seconds: float) -> None:
+        """Records one training step's time for every stage's stats (the prefetch hook calls this)."""
+        for stage in self._stages:
+            stage.meter.step_timed(seconds)
 
     def is_alive(self) -> bool:
         return any(t.is_alive() for t in self.threads)

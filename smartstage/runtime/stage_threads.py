@@ -30,6 +30,7 @@ from smartstage.runtime.autotune import (
     AUTOTUNE,
     AUTOTUNE_HARD_CAPACITY,
     DEFAULT_MAX_BUFFERED_BYTES,
+    PipelineStats,
     StageMeter,
     Tuner,
 )
@@ -166,6 +167,17 @@ class StageThreads:
                      AUTOTUNE_START_CAPACITY if tune_capacity else int(d.capacity), tune_threads, tune_capacity,
                      max_lanes=lane_count(d) or 1, max_buffered_bytes=d.max_buffered_bytes or DEFAULT_MAX_BUFFERED_BYTES,
                      own_pool=d.use_stage_subgraph_thread_pool)
+
+    def stats(self) -> PipelineStats:
+        """The stage's pipeline now: last window's measurements, the settings in force, the decision."""
+        producer = self.producer
+        threads = producer.active if producer is not None else max(self.stage_def.num_threads, 1)
+        capacity = (producer.soft_capacity if producer is not None and producer.soft_capacity is not None
+                    else self.tuner.capacity)
+        lanes = tuple(producer.lane_batches) if producer is not None else ()
+        return PipelineStats(stage=self.name, num_threads=threads, capacity=capacity, own_pool=self.tuner.own_pool,
+                             ordered=self.ordered, lane_batches=lanes, decision=self.tuner.decision(),
+                             **self.meter.summary())
 
     def paused(self) -> bool:
         return self._paused.is_set()
