@@ -35,7 +35,6 @@ logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.05        # how often a waiting worker looks at the stop flags
 GATE_POLL_SECONDS = 0.001  # how often a full (soft-capped) buffer is looked at
-DRAIN_POLL_SECONDS = 0.005
 
 
 class OrderedProducer:
@@ -139,10 +138,10 @@ class OrderedProducer:
         with self._cond:  # every earlier ticket must be in the buffer before this put
             while self._merged < ticket and not self.halted():
                 self._cond.wait(POLL_SECONDS)
-        if self.halted():
+        self._gate()
+        if self.halted():  # stopped while waiting: this batch is not made (a stop never adds one)
             self._record(ticket, ("quiet",))
             return
-        self._gate()
         self._record(ticket, self._run_direct(ticket))
 
     def _run_direct(self, ticket: int) -> tuple:
@@ -256,6 +255,8 @@ class OrderedProducer:
             if kind == "lane":
                 started = time.monotonic()
                 self._gate()
+                if self.halted():
+                    return
                 try:
                     with self.stage.in_flight(self.workers):
                         occupancy = self.sess.run(self.lanes.lanes[outcome[1]].occupancy,

@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 CONTROL_RUN_MILLIS = 30000  # close / cancel / ready runs never wait longer than this
 _UNINITIALIZED = "iterator has not been initialized"  # IteratorGetNext's FailedPrecondition message
 AUTOTUNE_START_CAPACITY = 2
+DRAIN_POLL_SECONDS = 0.002  # how often a deferred error looks whether the good batches were taken
 
 
 def autotune_max_lanes() -> int:
@@ -237,18 +238,17 @@ class StageThreads:
             logger.debug("stage %s: the producer ends (%s): %s", self.name, kind, error)
 
     def fail_in_order(self, error: BaseException) -> None:
-        """An unexpected error after the good batches: close the buffer (they stay takeable), let the step
-        take them, then report the error, so it arrives after the last good batch, as itself."""
+        """An unexpected error after the good batches: waits until the step has taken every batch buffered
+        before it, then reports it (stop, cancel: a step waiting on the empty buffer wakes), so it arrives
+        after the last good batch, as itself, and never as an end of input."""
         self.owner.defer_error(self, error)
-        if self.close is not None:
-            quiet_run(self.sess, self.close, f"close of stage {self.name}")
         while self.size is not None and not self.owner.stopping() and not session_closed(self.sess):
             try:
                 if int(self.sess.run(self.size)) == 0:
                     break
             except (tf.errors.OpError, RuntimeError):
                 break
-            time.sleep(0.005)
+            time.sleep(DRAIN_POLL_SECONDS)
         self.owner.report_error(self, error)
 
     def _missing(self, what: str) -> StageRuntimeError:
