@@ -17,7 +17,7 @@ as the median with the range over repeats, so they compare side by side under th
    benchmark's CPU workloads (one real batch of them), put + take as they are vs with every numeric tensor
    of fully known shape packed per dtype (what a packing pass could do: strings and tensors whose size
    varies per batch stay as they are), beside a training step of that workload at its defaults
-   (`ss.Session` with the flag on). The share of the step is (take-side cost) / (step time) for the
+   (`ss.Session` with the flag on). The share of the step (in percent) is (take-side cost) / (step time) for the
    training thread and (put-side cost) / (step time) for the prefetch thread.
 
 Grappler's meta optimizer is off in the queue-only sessions (the graphs are constants feeding a queue:
@@ -32,17 +32,25 @@ import os
 import random
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2  # noqa: E402
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
 
-from benchmarks.report import DEFAULT_OUT, Spread, machine_info, machine_line, markdown_table, write_outputs  # noqa: E402
+from benchmarks.report import (
+    DEFAULT_OUT,
+    Spread,
+    machine_info,
+    machine_line,
+    markdown_table,
+    write_outputs,
+)
 
 KS = (1, 8, 33, 64, 130)
 MODES = ("as is", "concat", "stack")
@@ -80,7 +88,7 @@ class QueueCase:
     components: int
 
     @classmethod
-    def build(cls, name: str, values: list[np.ndarray], shapes: list[tf.TensorShape], mode: str) -> "QueueCase":
+    def build(cls, name: str, values: list[np.ndarray], shapes: list[tf.TensorShape], mode: str) -> QueueCase:
         """mode: "as is" (k components), "concat" (one rank-1 tensor per dtype: Reshape + ConcatV2,
         SplitV + Reshape), "stack" (one per dtype and shape: Pack, Unpack; no Reshape on either side)."""
         graph = tf.Graph()
@@ -125,20 +133,19 @@ class QueueCase:
         for _ in range(10):
             self.put()
             self.take()
-        put = take = 0.0
-        for _ in range(steps):
+        put = take = empty = 0.0
+        for _ in range(steps):  # the empty runs interleaved with the queue's, so a load spike hits both
             t0 = time.perf_counter()
             self.put()
             t1 = time.perf_counter()
             self.take()
             t2 = time.perf_counter()
+            self.empty()
+            self.empty()
+            t3 = time.perf_counter()
             put += t1 - t0
             take += t2 - t1
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            self.empty()
-            self.empty()
-        empty = time.perf_counter() - t0
+            empty += t3 - t2
         return {"put_us": 1e6 * put / steps, "take_us": 1e6 * take / steps, "empty2_us": 1e6 * empty / steps}
 
     def close(self) -> None:
@@ -163,9 +170,15 @@ class WorkloadStep:
     shapes: list[tf.TensorShape]
 
     @classmethod
-    def build(cls, model: str, out_dir: Path, rows: int) -> "WorkloadStep":
+    def build(cls, model: str, out_dir: Path, rows: int) -> WorkloadStep:
         from benchmarks.e2e import prepare_data
-        from benchmarks.runners import CONFIGS_BY_NAME, DEFAULT_SETTING, ConfigRunner, Workload, smart_split
+        from benchmarks.runners import (
+            CONFIGS_BY_NAME,
+            DEFAULT_SETTING,
+            ConfigRunner,
+            Workload,
+            smart_split,
+        )
 
         files = prepare_data(out_dir, rows, 0)
         workload = Workload(model, "cpu")
@@ -232,15 +245,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "step_ms": Spread.of(step), "tensors": len(workload.values),
             "packable": sum(_packable(v, s) for v, s in zip(workload.values, workload.shapes)),
             # The most any packing could save: the whole cost of the buffer beyond two empty session runs.
-            "queue_share": Spread.of(1e-3 * (a["put_us"] + a["take_us"] - a["empty2_us"]) / t
+            "queue_share": Spread.of(0.1 * (a["put_us"] + a["take_us"] - a["empty2_us"]) / t
                                      for a, t in zip(plain, step))}
         for side in ("put_us", "take_us"):
             cost = [a[side] - a["empty2_us"] / 2 for a in plain]
-            out[f"{side}_cost_share"] = Spread.of(1e-3 * c / t for c, t in zip(cost, step))
+            out[f"{side}_cost_share"] = Spread.of(0.1 * c / t for c, t in zip(cost, step))
             for mode in MODES[1:]:
                 saved = [a[side] - b[side] for a, b in zip(plain, samples[f"{model} cut {mode}"])]
                 out[f"{side}_saved_{mode}"] = Spread.of(saved)
-                out[f"{side}_saved_share_{mode}"] = Spread.of(1e-3 * s / t for s, t in zip(saved, step))
+                out[f"{side}_saved_share_{mode}"] = Spread.of(0.1 * s / t for s, t in zip(saved, step))
     return result
 
 
@@ -254,19 +267,19 @@ def report_text(result: dict[str, Any], command: str) -> str:
     lines.append(markdown_table(["buffer", "components", "put run (us)", "take run (us)", "2 empty runs (us)",
                                  "queue (us)"], rows))
     for model, d in result.get("workloads", {}).items():
-        lines += ["", f"{model} (smart, defaults): step {d['step_ms'].text(2)} ms; the cut carries {d['tensors']} "
-                      f"tensors, {d['packable']} packable (numeric, fully known shape).",
-                  f"- the whole buffer (put + take beyond two empty runs) is {d['queue_share'].text(4)} of a step: "
-                  "the most any packing could save"]
+        lines += ["", (f"{model} (smart, defaults): step {d['step_ms'].text(2)} ms; the cut carries {d['tensors']} "
+                       f"tensors, {d['packable']} packable (numeric, fully known shape)."),
+                  (f"- the whole buffer (put + take beyond two empty runs) is {d['queue_share'].text(2)}% of a step: "
+                   "the most any packing could save")]
         for side, label in (("take_us", "take side (training thread)"), ("put_us", "put side (prefetch thread)")):
             saved = "; ".join(f"{mode} saves {d[f'{side}_saved_{mode}'].text(1)} us = "
-                              f"{d[f'{side}_saved_share_{mode}'].text(4)} of a step" for mode in MODES[1:])
-            lines.append(f"- {label}: the run (less one empty run) is {d[f'{side}_cost_share'].text(4)} of a step; "
+                              f"{d[f'{side}_saved_share_{mode}'].text(2)}% of a step" for mode in MODES[1:])
+            lines.append(f"- {label}: the run (less one empty run) is {d[f'{side}_cost_share'].text(2)}% of a step; "
                          f"{saved}")
     return "\n".join(lines) + "\n"
 
 
-def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.boundary_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--steps", type=int, default=400, help="put + take runs per block")
@@ -279,7 +292,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     tf.compat.v1.disable_eager_execution()
