@@ -10,7 +10,8 @@ once the buffer neither fills nor drains). What is decided (Tuner), as tf.data's
 start with one lane; while the buffer runs empty (the step waits for input), try one lane more and
 keep it when steps/s rose by more than the noise margin, else go back and settle; capacity grows while
 the buffer still runs dry at the chosen lane count, never above what `max_buffered_bytes` allows.
-After settling it keeps watching: a throughput change beyond the margin re-opens the search. Every
+After settling it keeps watching: a throughput change beyond the margin for three windows in a row
+re-opens the search. Every
 change happens between two batches (no step waits for it). The settled choice is logged once and
 kept in `TuningDecision`; `PipelineStats` is the live view (for hooks, TensorBoard).
 """
@@ -30,7 +31,8 @@ AUTOTUNE_HARD_CAPACITY = 64  # the buffer queue's own bound when capacity is tun
 WINDOW_BATCHES = 24
 WINDOW_SECONDS = 0.3
 GAIN_MARGIN = 0.06     # a change must buy more than this fraction of steps/s to be kept
-RETUNE_MARGIN = 0.25   # after settling, a throughput change this large re-opens the search
+RETUNE_MARGIN = 0.25   # after settling, a throughput change this large re-opens the search ...
+RETUNE_WINDOWS = 3     # ... when it lasts this many windows in a row
 EMPTY_FRACTION = 0.3   # the buffer held at most one batch after this fraction of moves: input-bound
 
 
@@ -172,6 +174,7 @@ class Tuner:
         self.settled = not (self.tune_threads or self.tune_capacity)
         self.reason = "explicit settings" if self.settled else "measuring"
         self._skip_next = True  # the first window after a change still holds the old setting's batches
+        self._moved_windows = 0  # consecutive settled windows off the settled throughput
 
     def capacity_limit(self, batch_bytes: int) -> int:
         """The most batches the byte cap allows (at least 1)."""
@@ -195,6 +198,8 @@ class Tuner:
 
     def observe(self, window: _Window, rate: float, batch_bytes: int) -> bool:
         """One finished window; True when the settings changed."""
+        if not (self.tune_threads or self.tune_capacity):
+            return False
         limit = self.capacity_limit(batch_bytes)
         if self.cap_capacity(batch_bytes):
             return True
@@ -235,8 +240,13 @@ class Tuner:
 
     def _watch(self, rate: float, empty: float) -> bool:
         base = self._settled_rate or rate
-        if abs(rate - base) <= base * RETUNE_MARGIN or not (self.tune_threads or self.tune_capacity):
+        if abs(rate - base) <= base * RETUNE_MARGIN:
+            self._moved_windows = 0
             return False
+        self._moved_windows += 1
+        if self._moved_windows < RETUNE_WINDOWS:  # one odd window on a busy machine is noise
+            return False
+        self._moved_windows = 0
         logger.info("stage %s: throughput moved from %.1f to %.1f batches/s; tuning again", self.stage, base, rate)
         self.settled, self._best, self.reason = False, None, "throughput changed; measuring again"
         return self._change(1 if self.tune_threads else self.threads, self.capacity, self.reason)

@@ -1,0 +1,126 @@
+"""AUTOTUNE: lanes and capacity chosen from measurements, within the byte cap; explicit values kept.
+
+Workloads whose best lane count is known:
+    latency-bound body (a stateless py_func sleeping 15 ms per batch), cheap step, 8 inter-op threads
+                                                                                    -> the most lanes
+    cheap body, step that sleeps 30 ms                                               -> one lane
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import tensorflow as tf
+
+import smartstage.runtime as ss
+from smartstage.runtime.autotune import Tuner, _Window
+from smartstage.runtime.stage_threads import autotune_max_lanes
+from tests.runtime.helpers import bounded, range_input
+
+
+def _sleepy(seconds: float):
+    def body(x):
+        time.sleep(seconds)   # releases the GIL: lanes overlap like a remote read would
+        return x
+    return body
+
+
+def _train(sess, y, steps: int, step_sleep: float = 0.0) -> list[int]:
+    got = []
+    for _ in range(steps):
+        got.append(int(sess.run(y, options=bounded())))
+        if step_sleep:
+            time.sleep(step_sleep)
+    return got
+
+
+def test_a_latency_bound_body_gets_the_most_lanes(graph):
+    x = range_input(10**6)
+    body = tf.numpy_function(_sleepy(0.015), [x], tf.int64, stateful=False)   # PyFuncStateless: the body
+    y = ss.staged(body)
+    # A sleeping op holds an inter-op thread: with the default pool (one per core) two sleeps overlap
+    # at most, and 2 lanes are best (the tuner finds that too); with 8 threads the most lanes are.
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=8)
+    with tf.compat.v1.Session(graph=graph, config=config) as sess, ss.start_prefetch_threads(sess) as threads:
+        got = _train(sess, y, 900)
+        (decision,) = threads.decisions()
+    assert got == list(range(900))   # in order throughout the tuning
+    assert decision.settled, decision
+    assert decision.num_threads == autotune_max_lanes(), decision
+
+
+def test_a_training_bound_step_keeps_one_lane(graph):
+    y = ss.staged(range_input(10**6) * 2)
+    with tf.compat.v1.Session(graph=graph) as sess, ss.start_prefetch_threads(sess) as threads:
+        got = _train(sess, y, 60, step_sleep=0.03)
+        (decision,) = threads.decisions()
+        (stats,) = threads.stats()
+    assert got == [2 * i for i in range(60)]
+    assert decision.settled and decision.num_threads == 1, decision
+    assert "step" in decision.reason
+    assert stats.occupancy > 1
+
+
+def test_the_byte_cap_bounds_what_is_buffered(graph):
+    # 1000 float32 = 4000 bytes a batch; a cap of 9000 bytes allows 2 batches.
+    x = tf.cast(range_input(10**6), tf.float32) + tf.zeros([1000])
+    y = ss.staged(x, max_buffered_bytes=9000)
+    size = graph.get_tensor_by_name("stage/size:0")
+    with tf.compat.v1.Session(graph=graph) as sess, ss.start_prefetch_threads(sess) as threads:
+        seen = []
+        for step in range(40):
+            value = sess.run(y, options=bounded())
+            assert value[0] == step
+            time.sleep(0.01)   # a slow step: the producer runs ahead as far as it may
+            seen.append(int(sess.run(size)))
+        (stats,) = threads.stats()
+    assert max(seen) <= 2, seen
+    assert stats.capacity <= 2 and stats.batch_bytes == 4000
+
+
+def test_explicit_values_are_kept_as_given(graph):
+    x = range_input(10**6)
+    body = tf.numpy_function(_sleepy(0.005), [x], tf.int64, stateful=False)
+    y = ss.staged(body, num_threads=3, capacity=5)
+    with tf.compat.v1.Session(graph=graph) as sess, ss.start_prefetch_threads(sess) as threads:
+        assert _train(sess, y, 120) == list(range(120))
+        (stats,) = threads.stats()
+    assert (stats.num_threads, stats.capacity) == (3, 5)
+    assert stats.decision.reason == "explicit settings" and stats.decision.tried == ()
+
+
+def _window(batches: int, empty: int) -> _Window:
+    return _Window(started=0.0, batches=batches, empty=empty)
+
+
+def test_the_tuner_goes_back_when_a_lane_more_does_not_pay():
+    tuner = Tuner("s", 1, 2, tune_threads=True, tune_capacity=False, max_lanes=4, max_buffered_bytes=10**9)
+    assert not tuner.observe(_window(30, 30), 50.0, 100)        # first window: still the start-up
+    assert tuner.observe(_window(30, 30), 50.0, 100) and tuner.threads == 2
+    assert not tuner.observe(_window(30, 30), 90.0, 100)        # the window right after a change
+    assert tuner.observe(_window(30, 30), 95.0, 100) and tuner.threads == 3
+    tuner.observe(_window(30, 30), 95.0, 100)
+    changed = tuner.observe(_window(30, 30), 96.0, 100)         # 3 lanes: no gain over 2
+    assert changed and tuner.threads == 2 and tuner.settled
+    assert [t[0] for t in tuner.tried] == [1, 2, 3]
+
+
+def test_the_tuner_reopens_when_throughput_moves():
+    tuner = Tuner("s", 1, 2, tune_threads=True, tune_capacity=False, max_lanes=4, max_buffered_bytes=10**9)
+    tuner.observe(_window(30, 0), 50.0, 100)
+    tuner.observe(_window(30, 0), 50.0, 100)                    # buffer full: settle at one lane
+    assert tuner.settled and tuner.threads == 1
+    tuner.observe(_window(30, 0), 50.0, 100)
+    assert not tuner.observe(_window(30, 0), 52.0, 100)          # noise: nothing changes
+    assert not tuner.observe(_window(30, 30), 20.0, 100)         # one odd window: still noise
+    assert not tuner.observe(_window(30, 30), 20.0, 100) and tuner.settled
+    assert tuner.observe(_window(30, 30), 20.0, 100)             # the third in a row: measure again
+    assert not tuner.settled and tuner.threads == 1
+
+
+def test_byte_cap_arithmetic():
+    tuner = Tuner("s", 1, 8, tune_threads=False, tune_capacity=True, max_lanes=1, max_buffered_bytes=10_000)
+    assert tuner.capacity_limit(4000) == 2 and tuner.capacity_limit(20_000) == 1
+    assert tuner.cap_capacity(4000) and tuner.capacity == 2
+    np.testing.assert_equal(tuner.decision().capacity, 2)
