@@ -48,8 +48,10 @@ class AutoStageOptions:
     by default the end of input (OutOfRangeError) closes a stage.
     """
 
-    capacity: int = 1
-    num_threads: int = 1
+    # -1 is smartstage.AUTOTUNE (defined in the runtime, a layer above): the prefetch threads pick the
+    # lanes and capacity while training, batches in input order either way (docs/runtime.md).
+    capacity: int = -1
+    num_threads: int = -1
     num_clients: int = 1
     timeout_millis: int = 300000
     closed_exception_types: tuple = (OUT_OF_RANGE,)
@@ -70,6 +72,12 @@ class SmartStageOptions:
     auto_stage: AutoStageOptions | None = None
     verify: bool = True
     source: str = "default"  # where the flags came from, for the report
+    # Scale-out (docs/scale-out.md): the prefetch side on the tasks of this job of the cluster.
+    input_job: str | None = None
+    input_tasks: int = 0                # tasks of input_job; 0: read from the config's cluster_def
+    input_mode: str = "central"         # "central" (the trainer reads, tasks compute) or "sharded"
+    input_lanes_per_task: int = 1
+    input_timeout_millis: int = 60000   # a prefetch run on an input task fails after this long
 
     @property
     def enabled(self) -> bool:
@@ -104,9 +112,12 @@ def _custom_optimizer(config: config_pb2.ConfigProto, create: bool = False):
 _AUTO_INT_PARAMETERS = ("capacity", "num_threads", "num_clients", "timeout_millis", "stage_subgraph_thread_pool_id",
                         "stage_subgraph_stream_id")
 _AUTO_LIST_PARAMETERS = ("closed_exception_types", "ignored_exception_types")
+_INPUT_INT_PARAMETERS = ("input_tasks", "input_lanes_per_task", "input_timeout_millis")
+_INPUT_MODES = ("central", "sharded")
 _KNOWN_PARAMETERS = ("do_smart_stage", "do_smart_stage_gpu", "stage_multi_stream", "auto_stage", "verify",
                      "auto_stage_name", "auto_stage_use_stage_subgraph_thread_pool",
-                     *("auto_stage_" + k for k in _AUTO_INT_PARAMETERS + _AUTO_LIST_PARAMETERS))
+                     *("auto_stage_" + k for k in _AUTO_INT_PARAMETERS + _AUTO_LIST_PARAMETERS),
+                     "input_job", "input_mode", *_INPUT_INT_PARAMETERS)
 
 
 def _attr_bool(key: str, value: attr_value_pb2.AttrValue) -> bool:
@@ -171,17 +182,53 @@ def options_from_config(config=None, **overrides: Any) -> SmartStageOptions:
                 if "auto_stage_name" in params:
                     fields["name"] = params["auto_stage_name"].s.decode()
                 auto = AutoStageOptions(**fields)
+            flags.update(_input_parameters(params))
             options = SmartStageOptions(auto_stage=auto, source="custom_optimizers", **flags)
     elif isinstance(config, SmartStageOptions):
         options = config
     else:
         raise ConfigError(f"config must be a tf.compat.v1.ConfigProto, an ss.ConfigProto or None, "
                           f"not {type(config).__name__}")
-    return replace(options, **overrides) if overrides else options
+    options = replace(options, **overrides) if overrides else options
+    return _checked_input_options(options, config)
+
+
+def _input_parameters(params: dict) -> dict[str, Any]:
+    """The scale-out parameters of a custom-optimizer entry (input_job="input", input_tasks=4, ...)."""
+    fields: dict[str, Any] = {k: _attr_int(k, params[k]) for k in _INPUT_INT_PARAMETERS if k in params}
+    for key in ("input_job", "input_mode"):
+        if key in params:
+            if params[key].WhichOneof("value") != "s":
+                raise ConfigError(f"SmartStage custom optimizer parameter {key!r} must be a string (AttrValue s), "
+                                  f"got {params[key]}")
+            fields[key] = params[key].s.decode() or None
+    return fields
+
+
+def _checked_input_options(options: SmartStageOptions, config) -> SmartStageOptions:
+    """input_job's task count from the config's cluster_def when not given; bad values named."""
+    if not options.input_job:
+        return options
+    if options.input_mode not in _INPUT_MODES:
+        raise ConfigError(f"input_mode must be one of {list(_INPUT_MODES)}, not {options.input_mode!r}")
+    tasks = options.input_tasks
+    cluster = getattr(config, "cluster_def", None)
+    if not tasks and cluster is not None:
+        for job in cluster.job:
+            if job.name == options.input_job:
+                tasks = len(job.tasks)
+    if tasks < 1:
+        raise ConfigError(f"input_job={options.input_job!r} needs the number of its tasks: pass input_tasks=N "
+                          f"(or a ConfigProto whose cluster_def has job {options.input_job!r})")
+    if options.input_lanes_per_task < 1 or options.input_timeout_millis < 1:
+        raise ConfigError("input_lanes_per_task and input_timeout_millis must be positive, got "
+                          f"{options.input_lanes_per_task} and {options.input_timeout_millis}")
+    return replace(options, input_tasks=tasks)
 
 
 def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = False,
-                       auto_stage: AutoStageOptions | bool | None = None):
+                       auto_stage: AutoStageOptions | bool | None = None, input_job: str | None = None,
+                       input_tasks: int = 0, input_mode: str = "central"):
     """Turns SmartStage on in `config` (created if None) and returns it.
 
     before:  ConfigProto()                      -> optimize() returns the graph unchanged
@@ -192,6 +239,9 @@ def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = F
     if auto_stage is True:
         auto_stage = AutoStageOptions()
     if _is_deeprec_config(config):
+        if input_job:
+            raise ConfigError("input_job has no DeepRec spelling: use a stock tf.compat.v1.ConfigProto "
+                              "(custom_optimizers) or optimize(..., input_job=...)")
         oo = config.graph_options.optimizer_options
         if auto_stage:
                 oo.smart_stage_options.CopyFrom(deeprec_smart_stage_options(
@@ -209,6 +259,11 @@ def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = F
                           f"not {type(config).__name__}")
     params = _custom_optimizer(config, create=True).parameter_map
     params["do_smart_stage"].b = True
+    if input_job:
+        params["input_job"].s = input_job.encode()
+        params["input_mode"].s = input_mode.encode()
+        if input_tasks:
+            params["input_tasks"].i = input_tasks
     if gpu:
         params["do_smart_stage_gpu"].b = True
     if multi_stream:

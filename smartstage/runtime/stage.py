@@ -35,7 +35,7 @@ from smartstage.errors import ConfigError
 from smartstage.protos.stage_pb2 import FeedDef, StageDef
 from smartstage.config.error_codes import error_codes
 from smartstage.graph.stages import missing_hook_message
-from smartstage.runtime.autotune import AUTOTUNE, AUTOTUNE_HARD_CAPACITY
+from smartstage.runtime.autotune import AUTOTUNE
 from smartstage.runtime.metadata import add_stage_def
 from smartstage.runtime.arguments import check_staged_arguments
 
@@ -154,7 +154,8 @@ def staged(
         the value tensors in the same session (one run, with the stage's run options) and feeds the
         results to the placeholders, so each batch sees the values current at that moment.
     capacity: batches the buffer holds. AUTOTUNE (the default): the runtime picks it while training,
-        within `max_buffered_bytes` (the buffer queue itself is bounded at 64 batches).
+        within `max_buffered_bytes` and 64 batches (the queue itself is unbounded; the prefetch threads
+        keep it under the tuned capacity).
     num_threads: threads producing batches. Batches arrive in input order at every count (the
         order-dependent head of the prefetch side runs serially, the rest on `num_threads` lanes).
         AUTOTUNE (the default): the runtime measures and picks the count (1 included).
@@ -215,7 +216,9 @@ def staged(
         buffer = gen_data_flow_ops.fifo_queue_v2(
             component_types=dtypes,
             shapes=shapes if fully_defined else [],
-            capacity=AUTOTUNE_HARD_CAPACITY if capacity == AUTOTUNE else capacity,
+            # AUTOTUNE: an unbounded queue (-1, as auto-stage builds it); the prefetch threads keep it
+            # under the tuned capacity and max_buffered_bytes (runtime/autotune.py).
+            capacity=capacity,
             shared_name=stage_name,
             name="buffer",
         )

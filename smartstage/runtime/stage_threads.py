@@ -384,7 +384,16 @@ class StageThreads:
                 return False
             return self._handle(error, 0)
 
+    def _wait_for_room(self) -> None:
+        """Unordered threads with a tuned capacity: the queue is unbounded, so they keep under the soft cap."""
+        while (self.stage_def.capacity == AUTOTUNE and self.size is not None and not self.owner.stopping()
+               and not self._paused.is_set() and not session_closed(self.sess)):
+            if int(self.sess.run(self.size)) < self.tuner.capacity:
+                return
+            time.sleep(0.001)
+
     def _run_put(self, put_state: _PutState) -> None:
+        self._wait_for_room()
         feed = None
         if self.feed_values:
             values = self.sess.run(self.feed_values, options=self.run_options)

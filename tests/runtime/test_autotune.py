@@ -40,8 +40,9 @@ def test_a_latency_bound_body_gets_the_most_lanes(graph):
     body = tf.numpy_function(_sleepy(0.015), [x], tf.int64, stateful=False)   # PyFuncStateless: the body
     y = ss.staged(body)
     # A sleeping op holds an inter-op thread: with the default pool (one per core) two sleeps overlap
-    # at most, and 2 lanes are best (the tuner finds that too); with 8 threads the most lanes are.
-    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=8)
+    # at most, and 2 lanes are best (the tuner finds that too); with 8 threads (this session's own; the
+    # global pool is sized once per process) the most lanes are.
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=8, use_per_session_threads=True)
     with tf.compat.v1.Session(graph=graph, config=config) as sess, ss.start_prefetch_threads(sess) as threads:
         got = _train(sess, y, 900)
         (decision,) = threads.decisions()
