@@ -18,6 +18,7 @@ from smartstage.runtime.metadata import (
     stage_defs,
     stage_defs_from_meta_graph,
 )
+from smartstage.runtime.pipeline_hook import PipelineHook, PipelineReport, make_pipeline_hook
 from smartstage.runtime.reinit import ReinitWatch, run_initializer
 from smartstage.runtime.runner import PrefetchThreads, start_prefetch_threads
 from smartstage.runtime.stage import staged
@@ -29,11 +30,14 @@ __all__ = [
     "TuningDecision",
     "STAGES_COLLECTION",
     "TARGETS_COLLECTION",
+    "PipelineHook",
+    "PipelineReport",
     "PrefetchHook",
     "PrefetchThreads",
     "ReinitWatch",
     "StageRecord",
     "add_stage_def",
+    "make_pipeline_hook",
     "make_prefetch_hook",
     "mark_target_node",
     "run_initializer",

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from typing import Iterable, Sequence
 
 import tensorflow as tf
@@ -48,6 +49,17 @@ logger = logging.getLogger(__name__)
 # Bounds on the runtime's own waits (seconds).
 STOP_JOIN_SECONDS = 10.0
 WATCHDOG_POLL_SECONDS = 0.05
+
+# The latest started prefetch threads of each graph, for observers such as the pipeline hook (weak:
+# neither the graph nor the threads are kept alive by it).
+_LATEST: "weakref.WeakKeyDictionary[tf.Graph, weakref.ref]" = weakref.WeakKeyDictionary()
+
+
+def latest_prefetch_threads(graph: tf.Graph) -> "PrefetchThreads | None":
+    """The prefetch threads most recently started for `graph`'s stages (None: none, or they stopped)."""
+    ref = _LATEST.get(graph)
+    threads = ref() if ref is not None else None
+    return None if threads is None or threads.stopping() else threads
 
 
 class PrefetchThreads:
@@ -117,6 +129,7 @@ class PrefetchThreads:
         for stage in self._stages:
             stage.announce_ready()
         self._started = True
+        _LATEST[self.sess.graph] = weakref.ref(self)
         for stage in self._stages:
             stage.start()
         self._start_watchdog()

@@ -1,0 +1,103 @@
+"""make_pipeline_hook(): occupancy, waits, settings and a verdict per stage; scalars for TensorBoard.
+
+The cases are lopsided on purpose, so the verdict does not depend on this machine's speed:
+    input-bound:     range -> sleep 30 ms (prefetch side) -> put ~~ take -> identity        (0 ms step)
+    training-bound:  range -> *2 (prefetch side)           -> put ~~ take -> sleep 30 ms   (the step)
+"""
+
+from __future__ import annotations
+
+import glob
+import time
+
+import pytest
+import tensorflow as tf
+
+import smartstage as ss
+from smartstage.runtime.pipeline_hook import INPUT_BOUND_WAIT, classify
+from tests.runtime.helpers import bounded, range_input
+
+SLEEP = 0.03
+
+
+def _sleep_then(x):
+    time.sleep(SLEEP)  # releases the GIL like a remote read; stateless so it may run on a lane
+    return x
+
+
+def _slow(x: tf.Tensor) -> tf.Tensor:
+    return tf.numpy_function(_sleep_then, [x], tf.int64, stateful=False)
+
+
+def _scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
+    found: dict[str, list[tuple[int, float]]] = {}
+    for path in glob.glob(f"{logdir}/events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.HasField("simple_value"):
+                    found.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return found
+
+
+def test_a_slow_input_reads_input_bound_with_a_monitored_session(graph, tmp_path):
+    y = ss.staged(_slow(range_input(10**6)), capacity=4, num_threads=1)
+    hook = ss.make_pipeline_hook(every_n_steps=20, summary_dir=str(tmp_path), sample_every_n_steps=2)
+    with ss.MonitoredTrainingSession(hooks=[ss.make_prefetch_hook(), hook]) as sess:
+        got = [int(sess.run(y, options=bounded())) for _ in range(40)]
+    assert got == list(range(40))   # watching changes nothing
+    report = hook.last_report
+    assert report is not None and report.stage == "stage" and report.step == 40 and report.steps == 20
+    assert report.verdict == "input-bound", report.line
+    assert report.line.startswith("stage 'stage' @ step 40: input-bound: the step waits")
+    assert report.consumer_wait_ms / report.step_ms >= INPUT_BOUND_WAIT
+    assert (report.lanes, report.capacity, report.ordered, report.autotuned) == (1, 4, True, ())
+    scalars = _scalars(str(tmp_path))
+    for name in ("verdict", "steps_per_second", "step_ms", "consumer_wait_ms", "occupancy", "capacity",
+                 "producer_ms", "producer_wait_ms", "batches_per_second", "lanes"):
+        assert [step for step, _ in scalars[f"smartstage/stage/{name}"]] == [20, 40], name
+    assert scalars["smartstage/stage/verdict"][-1] == (40, 1.0)
+    assert scalars["smartstage/stage/capacity"][-1] == (40, 4.0)
+
+
+def test_a_slow_step_reads_training_bound_with_a_plain_session(graph, tmp_path):
+    y = ss.staged(range_input(10**6) * 2, capacity=4, num_threads=1)
+    step = _slow(y)   # the training step: 30 ms on the main side
+    hook = ss.make_pipeline_hook(every_n_steps=15, summary_dir=str(tmp_path), sample_every_n_steps=1)
+    with tf.compat.v1.Session(graph=graph) as sess, ss.start_prefetch_threads(sess):
+        got = [int(hook.run(sess, step, options=bounded())) for _ in range(30)]
+    assert got == [2 * i for i in range(30)]
+    report = hook.last_report
+    assert report.verdict == "training-bound", report.line
+    assert "training-bound: the buffer stays full" in report.line and "steps/s" in report.line
+    assert report.occupancy >= 2 and report.last_occupancy is not None
+    assert _scalars(str(tmp_path))["smartstage/stage/verdict"] == [(15, -1.0), (30, -1.0)]
+
+
+def test_settings_in_force_name_autotune_with_a_smartstage_session(graph):
+    y = ss.staged(range_input(10**6))
+    hook = ss.make_pipeline_hook(every_n_steps=10, log=False)
+    with ss.Session(graph=graph) as sess:   # starts its prefetch threads itself; the hook finds them
+        for _ in range(10):
+            hook.run(sess, y, options=bounded())
+    report = hook.last_report
+    assert report.autotuned == ("lanes", "capacity")
+    assert "AUTOTUNE lanes+capacity" in report.line and "ordered" in report.line
+    assert report.stats is not None and report.stats.stage == "stage"
+
+
+@pytest.mark.parametrize("wait, fill, verdict", [
+    (0.5, 0.0, "input-bound"), (0.2, 1.0, "input-bound"), (0.01, 1.0, "training-bound"),
+    (0.01, None, "training-bound"), (0.01, 0.1, "balanced"), (0.1, 1.0, "balanced"), (None, 1.0, "unknown"),
+])
+def test_the_verdict_thresholds(wait, fill, verdict):
+    assert classify(wait, fill) == verdict
+
+
+def test_a_report_without_prefetch_threads_says_unknown(graph):
+    y = ss.staged(range_input(10))
+    hook = ss.make_pipeline_hook(every_n_steps=1, log=False)
+    (report,) = hook.report(graph)
+    assert report.verdict == "unknown" and report.stats is None
+    with pytest.raises(ValueError, match="every_n_steps=0"):
+        ss.make_pipeline_hook(every_n_steps=0)
+    del y
