@@ -42,6 +42,7 @@ from smartstage.session.live_rewrite import adopt_late_ops, rewrite_live_graph
 from smartstage.runtime import PrefetchThreads, stage_defs, start_prefetch_threads
 from smartstage.runtime.reinit import ReinitWatch, fetch_ops
 from smartstage.runtime.runner import STOP_JOIN_SECONDS
+from smartstage.runtime.stage_threads import prepare_lanes
 
 logger = logging.getLogger(__name__)
 
@@ -111,8 +112,21 @@ class Session(tf.compat.v1.Session):
         self._reinit: ReinitWatch | None = None
         # The flags are parsed here, once; the typed options go down to the rewrite.
         self._smartstage = prepare_graph(graph, options_from_config(config), targets)
+        if prefetch:
+            self._build_lanes(graph)
         self._mapper = FetchMapper(self._smartstage)
         super().__init__(target, graph=graph, config=to_session_config(config))
+
+    def _build_lanes(self, graph: tf.Graph) -> None:
+        """Builds the stages' ordered lanes (runtime/lanes.py) before any run: they read the put's inputs on
+        purpose, and built later (a queue runner's run racing the first step) adopt_late_ops would rewire
+        them to the take."""
+        record = self._smartstage
+        version = graph.version
+        prepare_lanes(graph, stage_defs(graph))
+        if record is not None and record.last_id >= version:
+            record.last_id = graph.version
+            record.last_op_id = max(graph._nodes_by_id, default=0)  # noqa: SLF001
 
     @property
     def smart_stage(self) -> LiveRewrite | None:
