@@ -81,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
                    "(same format as IN; written atomically)")
     _selection_flags(p)
     p.add_argument("--gpu", action="store_true", help="also place the prefetch side for a GPU (do_smart_stage_gpu)")
+    p.add_argument("--input-job", metavar="JOB", help="place the prefetch side on the tasks of JOB "
+                   "(/job:JOB/task:i; docs/scale-out.md)")
+    p.add_argument("--input-tasks", type=_positive, default=1, metavar="N", help="tasks of --input-job (default 1)")
+    p.add_argument("--input-mode", choices=("central", "sharded"), default="central",
+                   help="central: the trainer reads, the tasks compute; sharded: task i reads shard i")
     p.add_argument("--report", metavar="JSON", help="write the GraphDiff as JSON (docs/graph-diff-json.md)")
     p.add_argument("--html", metavar="HTML", help="write the self-contained HTML report")
     p.add_argument("--tensorboard", metavar="LOGDIR", help="write the graph before and after as two TensorBoard runs")

@@ -1,0 +1,163 @@
+"""Scale-out: steps/s of an input-bound job with its prefetch side on 1, 2, 4 input tasks (loopback).
+
+    python -m benchmarks.scale_out                      # 5 interleaved repeats, 40 ms per batch
+    python -m benchmarks.scale_out --repeats 7 --read-millis 40 --steps 60
+
+The job: a tf.data source on the trainer, a per-batch read that waits `--read-millis` without using
+CPU (a dataset of the batch that sleeps, reduced to one element: storage latency), light stateless
+preprocessing, then a small training step. Each input task is a tf.distribute.Server in its own
+process on 127.0.0.1. Configurations, measured in turn in every repeat (interleaved):
+
+    trainer x1      everything on the trainer, one prefetch lane (the stage's defaults before scale-out)
+    trainer x4      everything on the trainer, four ordered lanes (what more lanes give on one host)
+    input tasks N   input_job="input", central mode, one lane per task, N = 1, 2, 4
+
+Prints medians with [min, max] and the speed-up over "trainer x1"; writes
+benchmarks/out/scale_out-latest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "benchmarks" / "out"
+BATCH = 64
+ROWS = 10_000_000
+
+
+def _serve(argv: list[str]) -> None:
+    import tensorflow as tf
+
+    job, index, spec, lifetime = argv[0], int(argv[1]), json.loads(argv[2]), float(argv[3])
+    tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=job, task_index=index)
+    time.sleep(lifetime)
+
+
+def _free_ports(count: int) -> list[int]:
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _build(read_millis: int, lanes: int):
+    import tensorflow as tf
+
+    import smartstage as ss
+    from tensorflow.python.data.experimental.ops import testing
+
+    ds = tf.data.Dataset.range(ROWS).map(lambda i: tf.cast(tf.stack([i % 97, i % 13, i % 7, i % 5]), tf.float32))
+    iterator = tf.compat.v1.data.make_initializable_iterator(ds.batch(BATCH))
+    x = iterator.get_next()
+    slow = tf.data.Dataset.from_tensors(x).apply(testing.sleep(read_millis * 1000))
+    x = tf.data.experimental.get_single_element(slow)             # the storage read: latency, no CPU
+    x = tf.math.log1p(tf.abs(x)) * 2.0 + tf.sqrt(tf.abs(x) + 1.0)  # light stateless preprocessing
+    x = ss.staged(x, capacity=8, num_threads=lanes)
+    w = tf.compat.v1.get_variable("w", [4, 1], initializer=tf.compat.v1.constant_initializer(0.1))
+    loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0), name="loss")
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.001).minimize(loss, name="train_op")
+    return iterator.initializer.name, train_op.name
+
+
+def _graph(read_millis: int, lanes: int, tasks: int):
+    import tensorflow as tf
+
+    import smartstage as ss
+
+    graph = tf.Graph()
+    with graph.as_default():
+        init, train = _build(read_millis, lanes)
+        meta = tf.compat.v1.train.export_meta_graph(graph=graph)
+    config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), input_job="input" if tasks else None,
+                                   input_tasks=tasks)
+    return ss.optimize(meta, config, targets=[train, "loss"]).meta_graph_def, init, train
+
+
+def _measure(meta, init: str, train: str, target: str, steps: int, warmup: int) -> float:
+    import tensorflow as tf
+
+    import smartstage as ss
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.train.import_meta_graph(meta)
+        config = tf.compat.v1.ConfigProto(isolate_session_state=True)  # fresh buffers per session
+        with tf.compat.v1.Session(target, graph=graph, config=config) as sess:
+            sess.run([tf.compat.v1.global_variables_initializer(), graph.get_operation_by_name(init)])
+            with ss.start_prefetch_threads(sess):
+                for _ in range(warmup):
+                    sess.run(train)
+                start = time.perf_counter()
+                for _ in range(steps):
+                    sess.run(train)
+                return steps / (time.perf_counter() - start)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--serve":
+        _serve(argv[1:])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--read-millis", type=int, default=40)
+    args = parser.parse_args(argv)
+
+    import tensorflow as tf
+
+    tf.compat.v1.disable_eager_execution()
+    tf.get_logger().setLevel("ERROR")
+    ports = _free_ports(5)
+    spec = {"trainer": [f"127.0.0.1:{ports[0]}"], "input": [f"127.0.0.1:{p}" for p in ports[1:]]}
+    lifetime = 60 + args.repeats * 5 * (args.steps + args.warmup) * args.read_millis / 1000 * 3
+    env = dict(os.environ, PYTHONPATH=str(REPO), CUDA_VISIBLE_DEVICES="")
+    servers = [subprocess.Popen([sys.executable, "-m", "benchmarks.scale_out", "--serve", "input", str(i),
+                                 json.dumps(spec), str(lifetime)], cwd=REPO, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(4)]
+    try:
+        server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name="trainer", task_index=0)
+        configs = {"trainer x1": (1, 0), "trainer x4": (4, 0), "input tasks 1": (1, 1), "input tasks 2": (2, 2),
+                   "input tasks 4": (4, 4)}
+        graphs = {name: _graph(args.read_millis, lanes, tasks) for name, (lanes, tasks) in configs.items()}
+        samples: dict[str, list[float]] = {name: [] for name in configs}
+        for repeat in range(args.repeats):
+            for name, (meta, init, train) in graphs.items():
+                samples[name].append(_measure(meta, init, train, server.target, args.steps, args.warmup))
+            print(f"repeat {repeat + 1}/{args.repeats}: " + ", ".join(f"{n} {s[-1]:.1f}" for n, s in samples.items()),
+                  file=sys.stderr, flush=True)
+    finally:
+        for process in servers:
+            process.kill()
+            process.wait(timeout=10)
+    base = statistics.median(samples["trainer x1"])
+    rows = []
+    print(f"{'configuration':<16} {'steps/s median':>15} {'[min, max]':>16} {'vs trainer x1':>14}")
+    for name, values in samples.items():
+        median = statistics.median(values)
+        rows.append({"config": name, "median": median, "min": min(values), "max": max(values), "samples": values,
+                     "speedup": median / base})
+        print(f"{name:<16} {median:>15.1f} {f'[{min(values):.1f}, {max(values):.1f}]':>16} {median / base:>13.2f}x")
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "scale_out-latest.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
+    os._exit(0)  # the trainer's server has no shutdown
+
+
+if __name__ == "__main__":
+    sys.exit(main())
