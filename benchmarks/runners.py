@@ -18,21 +18,26 @@ Every configuration trains the same model on the same CSV through a real input p
     auto_stage       the no-stage graph through ss.Session with do_smart_stage and auto-stage: the
                      optimizer inserts the stage at the iterator and expands it
 
-A `Setting` is one point of the grid: producer threads (the stage's num_threads), whether prefetch
-runs get their own inter-op pool, and the session's inter-op pool size. The default setting is what
-a user gets without tuning: staged()'s defaults (1 thread, capacity 1, the shared pool) and
-TensorFlow's default pools. SmartStage at its defaults runs through `ss.Session(config=...)`, which
-rewrites the live graph and starts the prefetch threads itself; other settings run the same
-rewritten graph in a plain Session with `start_prefetch_threads(sess, stages=[a StageDef with the
-setting's threads and pool])`, which is what staged(num_threads=..., use_stage_subgraph_thread_pool=...)
-records.
+A `Setting` is one point of the grid: producer threads (the stage's num_threads), the stage's
+capacity, whether prefetch runs get their own inter-op pool, and the session's inter-op pool size.
+The default setting is what a user gets without tuning: staged()'s and auto-stage's defaults
+(num_threads = capacity = ss.AUTOTUNE, the shared pool) and TensorFlow's default pools. SmartStage
+at its defaults runs through `ss.Session(config=...)`, which rewrites the live graph and starts the
+prefetch threads itself; other settings run the same rewritten graph in a plain Session with
+`start_prefetch_threads(sess, stages=[a StageDef with the setting's threads and pool])`, which is
+what staged(num_threads=..., use_stage_subgraph_thread_pool=...) records. The capacity is built
+into the buffer queue, so each capacity of the grid is its own graph (ConfigRunner(capacity=...)).
+
+Workload.one_core_per_side emulates a machine where the prefetch side has its own core: every
+session gets intra-op 1 and two inter-op pools of 1 thread (pool 0: the training step, pool 1:
+the prefetch runs of every stage, defaults included), so each side computes on at most one thread.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from dataclasses import dataclass, field, replace
-from typing import Optional
+from dataclasses import dataclass, field
 
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
@@ -61,26 +66,37 @@ class Workload:
     read_latency_ms: float = 0.0
     batch_size: int = 512
     size: str = "benchmark"
+    one_core_per_side: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.model}/{self.variant}"
+        return f"{self.model}/{self.variant}" + ("/1 core per side" if self.one_core_per_side else "")
 
 
 @dataclass(frozen=True, order=True)
 class Setting:
-    """A grid point. threads: producer threads of the stage; own_pool: prefetch runs on their own
-    inter-op pool of `threads` threads; inter_op: the session's (main) inter-op pool, 0 = one per core."""
+    """A grid point. threads / capacity: the stage's num_threads and capacity (AUTOTUNE: the runtime
+    picks); own_pool: prefetch runs on their own inter-op pool of `threads` threads; inter_op: the
+    session's (main) inter-op pool, 0 = one per core."""
 
-    threads: int = 1
+    threads: int = ss.AUTOTUNE
+    capacity: int = ss.AUTOTUNE
     own_pool: bool = False
     inter_op: int = 0
 
     @property
     def label(self) -> str:
-        pool = f"own pool {self.threads}" if self.own_pool else "shared pool"
-        inter = f"inter-op {self.inter_op}" if self.inter_op else "inter-op default"
-        return f"{self.threads} thread(s), {pool}, {inter}"
+        if self.threads == ss.AUTOTUNE and self.capacity == ss.AUTOTUNE and not self.own_pool and not self.inter_op:
+            return "AUTOTUNE (defaults)"
+        auto = lambda v: "AUTOTUNE" if v == ss.AUTOTUNE else str(v)
+        pool = f"own pool {max(self.threads, 1)}" if self.own_pool else "shared pool"
+        inter = f", inter-op {self.inter_op}" if self.inter_op else ""
+        return f"{auto(self.threads)} thread(s), capacity {auto(self.capacity)}, {pool}{inter}"
+
+    @property
+    def lanes(self) -> int:
+        """Producer threads to drain at a block's start (AUTOTUNE: read from the tuner instead)."""
+        return max(self.threads, 1)
 
 
 DEFAULT_SETTING = Setting()
@@ -103,9 +119,14 @@ class Config:
         """SmartStage rewrites the graph when the session is created."""
         return self.stage in ("smart", "auto")
 
-    def session_config(self, config: tf.compat.v1.ConfigProto) -> tf.compat.v1.ConfigProto:
-        """`config` with SmartStage turned on as this configuration's user would."""
-        return ss.enable_smart_stage(config, auto_stage=self.stage == "auto")
+    def session_config(self, config: tf.compat.v1.ConfigProto, workload: Workload | None = None,
+                       capacity: int = ss.AUTOTUNE) -> tf.compat.v1.ConfigProto:
+        """`config` with SmartStage turned on as this configuration's user would (auto-stage: the
+        stage it inserts gets `capacity`, and pool 1 on one core per side)."""
+        if self.stage != "auto":
+            return ss.enable_smart_stage(config)
+        arguments = stage_arguments(workload, capacity) if workload is not None else {"capacity": capacity}
+        return ss.enable_smart_stage(config, auto_stage=ss.AutoStageOptions(**arguments))
 
 
 CONFIGS: tuple[Config, ...] = (
@@ -122,23 +143,28 @@ ALTERNATIVES = ("no_stage", "staged", "tfdata_prefetch", "tfdata_map")
 SMART = ("smart", "smart_prefetch", "auto_stage")
 
 
-def grid_for(config: Config, threads: tuple[int, ...] = (1, 2, 4), inter_ops: tuple[int, ...] = (0, 4)) -> list[Setting]:
-    """The grid of a configuration, default first.
+def grid_for(config: Config, threads: tuple[int, ...] = (1, 2, 4), inter_ops: tuple[int, ...] = (0, 4),
+             capacities: tuple[int, ...] = (4, 40), pools: tuple[bool, ...] = (False, True)) -> list[Setting]:
+    """The grid of a configuration, default (AUTOTUNE) first.
 
-    Stages: producer threads x (the shared inter-op pool, or an own pool for the prefetch runs of as
-    many threads). Configurations without a stage: the session's inter-op pool sizes. (A larger
-    shared pool for stage configurations was measured too, see docs/performance.md; it is left out
-    of the grid to keep the full run under 10 minutes.)
+    Stages: producer threads x capacity x (the shared inter-op pool, or an own pool for the prefetch
+    runs of as many threads). Configurations without a stage: the session's inter-op pool sizes.
     """
     if not config.has_stage:
-        return [Setting(inter_op=i) for i in inter_ops]
-    points = [Setting(threads=k, own_pool=own) for k in threads for own in (False, True)]
-    return sorted(set(points), key=lambda s: (s != DEFAULT_SETTING, s))
+        return sorted({Setting(inter_op=i) for i in inter_ops}, key=lambda s: (s != DEFAULT_SETTING, s))
+    points = [Setting(threads=k, capacity=c, own_pool=own) for k in threads for c in capacities for own in pools]
+    return [DEFAULT_SETTING] + sorted(set(points) - {DEFAULT_SETTING})
 
 
-def session_config(setting: Setting) -> tf.compat.v1.ConfigProto:
+def session_config(setting: Setting, workload: Workload | None = None) -> tf.compat.v1.ConfigProto:
     """The session's ConfigProto. A session without its own pools runs on the process-wide inter-op pool,
-    sized by the FIRST session of the process: an inter-op size takes effect only with per-session threads."""
+    sized by the FIRST session of the process: an inter-op size takes effect only with per-session threads.
+    One core per side: intra-op 1, pool 0 (training) and pool 1 (prefetch) of one thread each."""
+    if workload is not None and workload.one_core_per_side:
+        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1)
+        config.session_inter_op_thread_pool.extend([config_pb2.ThreadPoolOptionProto(num_threads=1),
+                                                    config_pb2.ThreadPoolOptionProto(num_threads=1)])
+        return config
     config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=setting.inter_op)
     if setting.inter_op and not setting.own_pool:
         config.use_per_session_threads = True
@@ -159,6 +185,9 @@ class Sample:
     steps: int
     global_steps: int  # how far global_step advanced over warm-up and timed steps (a sanity check)
     seconds: float
+    drained: int = 0  # untimed steps before the block (warm-up + producer threads + the buffer's head start)
+    lost: int = 0  # batches the buffer lost over the timed steps (not counted as produced)
+    decisions: tuple = ()  # (lanes, capacity, settled) per stage after the block
 
 
 def _model_options(workload: Workload):
@@ -169,8 +198,18 @@ def _model_options(workload: Workload):
     raise ValueError(f"unknown model {workload.model!r}; use 'dlrm' or 'wide_deep'")
 
 
-def build_model(workload: Workload, files: CriteoFiles, config: Config) -> tuple[tf.Graph, ModelGraph]:
-    """The workload's training graph for `config`, in a new tf.Graph."""
+def stage_arguments(workload: Workload, capacity: int) -> dict:
+    """staged()'s (and auto-stage's) arguments: the capacity of the grid point's graph; one core per
+    side puts the prefetch runs on pool 1 (its own core), defaults included."""
+    arguments: dict = {"capacity": capacity}
+    if workload.one_core_per_side:
+        arguments.update(use_stage_subgraph_thread_pool=True, stage_subgraph_thread_pool_id=STAGE_POOL_ID)
+    return arguments
+
+
+def build_model(workload: Workload, files: CriteoFiles, config: Config,
+                capacity: int = ss.AUTOTUNE) -> tuple[tf.Graph, ModelGraph]:
+    """The workload's training graph for `config` with a stage of `capacity`, in a new tf.Graph."""
     input_options = InputOptions(
         reader="dataset",
         batch_size=workload.batch_size,
@@ -179,7 +218,8 @@ def build_model(workload: Workload, files: CriteoFiles, config: Config) -> tuple
         preprocess_in_dataset=config.preprocess_in_dataset,
         iterator="initializable" if config.preprocess_in_dataset else "one_shot",
     )
-    stage_fn = ss.staged if config.stage in ("staged", "smart") else no_stage
+    stage_fn = (functools.partial(ss.staged, **stage_arguments(workload, capacity))
+                if config.stage in ("staged", "smart") else no_stage)
     builder = build_dlrm if workload.model == "dlrm" else build_wide_deep
     graph = tf.Graph()
     with graph.as_default():
@@ -203,36 +243,78 @@ class OpenRun:
     """A session of one configuration at one setting, kept open so it can be timed again and again.
 
         run = runner.open(setting)          # session, initialisation, prefetch threads
+        run.settle(max_steps=600)           # AUTOTUNE: train until the tuner settled (steps, seconds)
         run.sample(warmup=8, steps=30)      # a block of timed steps; call again in every repeat
         run.close()
 
-    Between blocks the session idles: its prefetch threads and tf.data prefetching fill their
-    buffers and block, costing no CPU. A block's warm-up steps drain that head start before the
-    clock starts, so interleaving open sessions measures each in its steady state.
+    Between blocks the session idles: its prefetch threads fill the stage buffer (up to its capacity,
+    64 batches when tuned) and tf.data its prefetch buffer, then block. That head start would be
+    counted as speed: a block first drains the buffered batches (warm-up + what the buffer held), and
+    its rate is net of what the buffer lost during the timed steps (steps - (size before - size after)),
+    i.e. what the pipeline produced, the steady-state rate when the input is the bottleneck.
     """
 
-    def __init__(self, runner: "ConfigRunner", setting: Setting):
+    def __init__(self, runner: ConfigRunner, setting: Setting):
         self.runner, self.setting = runner, setting
         model = runner.model
-        config = session_config(setting)
+        config = session_config(setting, runner.workload)
         self.threads = None
-        if runner.config.rewritten and setting == DEFAULT_SETTING:
+        if setting == DEFAULT_SETTING and runner.config.rewritten:
             # The user's path: ss.Session starts the prefetch threads itself on the first step.
-            self.sess = ss.Session(graph=runner.graph, config=runner.config.session_config(config))
+            self.sess = ss.Session(graph=runner.graph, config=runner.config.session_config(
+                config, runner.workload, runner.capacity))
             self.sess.run(model.init_op)
         else:
             self.sess = tf.compat.v1.Session(graph=runner.graph, config=config)
             self.sess.run(model.init_op)
             if runner.config.has_stage:
-                self.threads = ss.start_prefetch_threads(self.sess, stages=[runner.stage_def_for(setting)])
+                self.threads = ss.start_prefetch_threads(self.sess, stages=runner.stage_defs_for(setting))
         self.train = lambda: self.sess.run(model.train_op)  # what a training loop does, in every configuration
+
+    def prefetch_threads(self):
+        return self.threads if self.threads is not None else getattr(self.sess, "prefetch_threads", None)
+
+    def decisions(self) -> list:
+        threads = self.prefetch_threads()
+        return list(threads.decisions()) if threads is not None else []
+
+    def buffered(self) -> int:
+        """Batches waiting in the stage buffers and in their lanes' queues (lanes exist once threads run)."""
+        if not self.runner.config.has_stage:
+            return 0
+        names = [d.size_node for d in self.runner.stage_defs if d.size_node]
+        names += [op.name for op in self.runner.graph.get_operations() if op.type == "QueueSizeV2"
+                  and "/lanes/lane_" in op.name and op.name.endswith("/size")]
+        return int(sum(self.sess.run([name + ":0" for name in names]))) if names else 0
+
+    def settle(self, max_steps: int, max_seconds: float) -> dict:
+        """Trains until every tuned stage settled; what it took and what the tuner chose."""
+        start, steps = time.perf_counter(), 0
+        while steps < max_steps and time.perf_counter() - start < max_seconds:
+            self.train()
+            steps += 1
+            decisions = self.decisions()
+            if decisions and all(d.settled for d in decisions) and steps >= 2:
+                break
+        decisions = self.decisions()
+        return {"steps": steps, "seconds": round(time.perf_counter() - start, 2),
+                "settled": bool(decisions) and all(d.settled for d in decisions),
+                "decisions": [(d.num_threads, d.capacity, d.reason) for d in decisions]}
 
     def sample(self, warmup: int, steps: int) -> Sample:
         global_step = self.runner.model.global_step
         first = self.sess.run(global_step)
-        wall, cpu = _timed_steps(self.sess, self.train, warmup, steps)
+        # + one batch per lane: a head may hold a ticket's values while its lane's queue is full.
+        lanes = max([d.num_threads for d in self.decisions()] + [self.setting.lanes]) * 2
+        drain = warmup + lanes + self.buffered()
+        for _ in range(drain):
+            self.train()
+        before = self.buffered()
+        wall, cpu = _timed_steps(self.sess, self.train, 0, steps)
+        lost = max(0, before - self.buffered())
         advanced = int(self.sess.run(global_step) - first)
-        return Sample(steps / wall, 1000.0 * cpu / steps, steps, advanced, wall)
+        return Sample((steps - lost) / wall, 1000.0 * cpu / steps, steps, advanced, wall, drain, lost,
+                      tuple((d.num_threads, d.capacity, d.settled) for d in self.decisions()))
 
     def close(self) -> None:
         if self.threads is not None:
@@ -242,145 +324,56 @@ class OpenRun:
 
 @dataclass
 class ConfigRunner:
-    """A configuration's graph, built once for a workload; `open` starts a session at a setting."""
+    """A configuration's graph with a stage of `capacity`, built once for a workload; `open` starts a
+    session at a setting."""
 
     config: Config
     workload: Workload
     files: CriteoFiles
+    capacity: int = ss.AUTOTUNE
     graph: tf.Graph = field(init=False)
     model: ModelGraph = field(init=False)
     build_seconds: float = field(init=False)
-    rewrite: Optional[ss.LiveRewrite] = field(init=False, default=None)
+    rewrite: ss.LiveRewrite | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         start = time.perf_counter()
-        self.graph, self.model = build_model(self.workload, self.files, self.config)
+        self.graph, self.model = build_model(self.workload, self.files, self.config, self.capacity)
         self.build_seconds = time.perf_counter() - start
         if self.config.rewritten:
             # The user's path: creating the session rewrites the live graph (once per graph).
-            sess = ss.Session(graph=self.graph, config=self.config.session_config(session_config(DEFAULT_SETTING)))
+            config = self.config.session_config(session_config(DEFAULT_SETTING, self.workload), self.workload,
+                                                self.capacity)
+            sess = ss.Session(graph=self.graph, config=config)
             self.rewrite = sess.smart_stage
             sess.close()
 
     @property
+    def stage_defs(self) -> list:
+        return list(ss.stage_defs(self.graph))
+
+    @property
     def stage_def(self):
-        defs = ss.stage_defs(self.graph)
+        defs = self.stage_defs
         return defs[0] if defs else None
 
-    def stage_def_for(self, setting: Setting):
-        """The graph's StageDef with the setting's producer threads and pool (what staged() records)."""
-        stage_def = type(self.stage_def)()
-        stage_def.CopyFrom(self.stage_def)  # the graph's own StageDef stays as staged() wrote it
-        stage_def.num_threads = setting.threads
-        stage_def.use_stage_subgraph_thread_pool = setting.own_pool
-        stage_def.stage_subgraph_thread_pool_id = STAGE_POOL_ID if setting.own_pool else 0
-        return stage_def
+    def stage_defs_for(self, setting: Setting) -> list:
+        """The graph's StageDefs with the setting's producer threads and pool (what staged() records);
+        the capacity is the graph's own (built into the queue)."""
+        out = []
+        for graph_def in self.stage_defs:
+            stage_def = type(graph_def)()
+            stage_def.CopyFrom(graph_def)  # the graph's own StageDef stays as staged() wrote it
+            if setting != DEFAULT_SETTING:
+                stage_def.num_threads = setting.threads
+                if not self.workload.one_core_per_side:
+                    stage_def.use_stage_subgraph_thread_pool = setting.own_pool
+                    stage_def.stage_subgraph_thread_pool_id = STAGE_POOL_ID if setting.own_pool else 0
+            out.append(stage_def)
+        return out
 
     def open(self, setting: Setting) -> OpenRun:
         return OpenRun(self, setting)
-
-
-@dataclass(frozen=True)
-class Sides:
-    """The two sides of a step run alone: wall seconds and process CPU seconds per step."""
-
-    t_in: float
-    t_train: float
-    cpu_in: float
-    cpu_train: float
-
-
-class SidesRunner:
-    """Runs the input side and the training side of the step alone, for splits of the step.
-
-        split "input": the preprocessed features (input pipeline | model)
-        split "smart": the tensors SmartStage's rewritten stage carries (its cut)
-        input side alone:    a stage on the split tensors, its prefetch thread producing, the main
-                             loop taking batches and nothing else (the cost of producing the batches,
-                             staging included; fetching them into Python would add a cost no pipeline
-                             pays, and a tf.group of them would not do: Grappler prunes stateless ops
-                             that only control inputs need)
-        training side alone: the train op of a copy of the graph whose split tensors read one fixed
-                             batch from variables (no feed_dict overhead, nothing to constant-fold)
-
-    Adds one stage per split to the no-stage configuration's graph (nothing the train op needs, so
-    the no-stage sessions never run them). `open()` starts a session per side (kept open like
-    OpenRun), `sample()` times a block of each, `close()` ends them.
-    """
-
-    def __init__(self, no_stage: ConfigRunner, smart_tensors: list[str]):
-        if no_stage.config.name != "no_stage":
-            raise ValueError("SidesRunner extends the no_stage configuration's graph")
-        self.notes: list[str] = []
-        self.graph, self.model = no_stage.graph, no_stage.model
-        graph = self.graph
-        splits = {"input": sorted({t.name for t in self.model.preprocessed.values()}), "smart": smart_tensors}
-        tensors: dict[str, list[tf.Tensor]] = {}
-        self.stages: dict[str, tuple[object, tf.Operation]] = {}
-        for name, tensor_names in splits.items():
-            try:
-                tensors[name] = [graph.get_tensor_by_name(t) for t in tensor_names]
-            except (KeyError, ValueError) as error:
-                self.notes.append(f"split {name!r} skipped: {error}")
-                continue
-            if not tensors[name]:
-                self.notes.append(f"split {name!r} skipped: no tensors")
-                del tensors[name]
-                continue
-            with graph.as_default():
-                taken = ss.staged(tensors[name], name=f"bench_input_side_{name}")
-            stage_def = next(d for d in ss.stage_defs(graph) if d.take_node == taken[0].op.name)
-            self.stages[name] = (stage_def, taken[0].op)
-        model = self.model
-        with tf.compat.v1.Session(graph=graph, config=session_config(DEFAULT_SETTING)) as sess:
-            sess.run(model.init_op)
-            values = {name: sess.run(ts) for name, ts in tensors.items()}
-        graph_def = graph.as_graph_def()
-        self.trains: dict[str, tuple[tf.Graph, str, str]] = {}
-        for name, ts in tensors.items():
-            fixed_graph = tf.Graph()
-            with fixed_graph.as_default():
-                fixed, holders = {}, []
-                for k, (tensor, value) in enumerate(zip(ts, values[name])):
-                    # A resource variable holding the batch, with the tensor's own static shape:
-                    # Grappler folds constants even through PlaceholderWithDefault, and would fold
-                    # Unique and SparseConcat of a constant batch away.
-                    holder = tf.Variable(value, trainable=False, shape=tensor.shape, name=f"bench_fixed/{k}")
-                    holders.append(holder)
-                    fixed[tensor.name] = holder.read_value()
-                tf.graph_util.import_graph_def(graph_def, input_map=fixed, name="")
-                init = tf.group(fixed_graph.get_operation_by_name(model.init_op.name),
-                                tf.compat.v1.variables_initializer(holders), name="bench_fixed/init")
-            self.trains[name] = (fixed_graph, init.name, model.train_op.name)
-        self._open: list = []
-
-    def open(self) -> None:
-        config = session_config(DEFAULT_SETTING)
-        for name, (stage_def, take) in self.stages.items():
-            sess = tf.compat.v1.Session(graph=self.graph, config=config)
-            sess.run(self.model.init_op)
-            threads = ss.start_prefetch_threads(sess, stages=[stage_def])
-            self._open.append((name, "in", sess, lambda sess=sess, take=take: sess.run(take), threads))
-        for name, (graph, init, train) in self.trains.items():
-            sess = tf.compat.v1.Session(graph=graph, config=config)
-            sess.run(init)
-            op = graph.get_operation_by_name(train)
-            self._open.append((name, "train", sess, lambda sess=sess, op=op: sess.run(op), None))
-
-    def sample(self, warmup: int, steps: int) -> dict[str, Sides]:
-        times: dict[str, dict[str, tuple[float, float]]] = {}
-        for name, side, sess, run, _ in self._open:
-            wall, cpu = _timed_steps(sess, run, warmup, steps)
-            times.setdefault(name, {})[side] = (wall / steps, cpu / steps)
-        return {name: Sides(t["in"][0], t["train"][0], t["in"][1], t["train"][1])
-                for name, t in times.items() if "in" in t and "train" in t}
-
-    def close(self) -> None:
-        for _, _, sess, _, threads in self._open:
-            if threads is not None:
-                threads.stop()
-            sess.close()
-        self._open = []
 
 
 def smart_split(runner: ConfigRunner) -> list[str]:

@@ -28,7 +28,7 @@ def smoke_runs(tmp_path_factory):
     procs = {
         name: subprocess.Popen([sys.executable, "-m", f"benchmarks.{name}", "--smoke", "--out", str(out / name)],
                                cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for name in ("e2e", "scaling")
+        for name in ("e2e", "scaling", "ports")
     }
     results = {}
     for name, proc in procs.items():
@@ -48,15 +48,18 @@ def test_e2e_smoke_measures_every_configuration(smoke_runs):
     (workload,) = result["workloads"]
     assert not workload["errors"]
     for name in ("no_stage", "staged", "tfdata_prefetch", "tfdata_map", "smart", "smart_prefetch", "auto_stage"):
-        settings = workload["rows"][name]["settings"]
-        assert settings[0]["is_default"]
-        assert all(s["steps_per_sec"]["median"] > 0 for s in settings), name
+        row = workload["rows"][name]
+        assert row["default"]["median"] > 0, name
+        if name in ("staged", "smart", "smart_prefetch", "auto_stage"):  # a hand-tuned grid point as well
+            assert row["best"]["median"] > 0 and row["best_label"] != "AUTOTUNE (defaults)", name
+    for name in ("staged", "smart", "smart_prefetch", "auto_stage"):  # AUTOTUNE settled before the blocks
+        assert workload["settle"][name]["settled"], workload["settle"][name]
     assert workload["smart_stage"]["moved"] > 0
     assert workload["sides_ms"]["input"]["t_train"]["median"] > 0
     assert workload["sides_ms"]["smart"]["t_train"]["median"] > 0
-    assert "| SmartStage | default |" in stdout
-    assert "| SmartStage auto-stage (no staged()) | default |" in stdout
-    assert "| SmartStage | default |" in (out / "e2e-latest.md").read_text()
+    assert "| dlrm/io | SmartStage | >= 0.95x own best grid point |" in stdout
+    assert "| dlrm/io | SmartStage auto-stage (no staged()) | never below no stage (>= 1.0x) |" in stdout
+    assert "| dlrm/io | SmartStage |" in (out / "e2e-summary-latest.md").read_text()
     if _has_matplotlib():
         assert (out / "e2e-latest.png").stat().st_size > 0
 
@@ -83,3 +86,14 @@ def _has_matplotlib() -> bool:
     except ImportError:
         return False
     return True
+
+
+def test_ports_smoke_times_every_run(smoke_runs):
+    code, stdout, stderr, out = smoke_runs["ports"]
+    assert code == 0, stderr[-3000:]
+    result = _latest(out, "ports")
+    assert not result["errors"]
+    for run in ("off", "on 4/40", "on defaults"):
+        (rate,) = result["rates"][f"dlrm {run}"]
+        assert rate > 0, run
+    assert "| dlrm |" in (out / "ports-latest.md").read_text()
