@@ -52,15 +52,29 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return name or None
 
 
-def import_graph() -> nx.DiGraph:
-    """Module -> module it imports (at any depth in the file: lazy imports count)."""
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """Line numbers of imports under `if TYPE_CHECKING:`: they name types for annotations and never run."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING":
+            lines |= {n.lineno for child in node.body for n in ast.walk(child)}
+    return lines
+
+
+def import_graph(runtime_only: bool = False) -> nx.DiGraph:
+    """Module -> module it imports (at any depth in the file: lazy imports count). With runtime_only,
+    imports under `if TYPE_CHECKING:` are left out: they never execute, so they cannot close a circle."""
     modules = _modules()
     graph = nx.DiGraph()
     graph.add_nodes_from(modules)
     for module, path in modules.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        skipped = _type_checking_only(tree) if runtime_only else set()
+        for node in ast.walk(tree):
             targets = []
+            if getattr(node, "lineno", None) in skipped:
+                continue
             if isinstance(node, ast.ImportFrom) and node.level > 0:  # from . import x; from ..graph import y
                 base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 origin = f"{base}.{node.module}" if node.module else base
@@ -81,7 +95,8 @@ def layer_of(module: str) -> tuple[str, int]:
 
 
 def test_no_import_cycle():
-    graph = import_graph()
+    # Annotations may name each other's types (an import under TYPE_CHECKING); executed imports may not circle.
+    graph = import_graph(runtime_only=True)
     cycles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
     assert not cycles, f"modules that import each other in a circle: {cycles}"
 

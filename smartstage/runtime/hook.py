@@ -24,7 +24,7 @@ from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.metadata import stage_defs
 from smartstage.runtime.reinit import ReinitWatch
 from smartstage.runtime.runner import PrefetchThreads, start_prefetch_threads
-from smartstage.runtime.stage_threads import prepare_lanes
+from smartstage.runtime.lanes import prepare_lanes
 
 logger = logging.getLogger(__name__)
 

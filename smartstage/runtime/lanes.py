@@ -22,10 +22,14 @@ the stage runs one ordered thread.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 import tensorflow as tf
 from tensorflow.python.ops import gen_data_flow_ops
+
+from smartstage.protos.stage_pb2 import StageDef
+from smartstage.runtime.autotune import AUTOTUNE
 
 logger = logging.getLogger(__name__)
 
@@ -238,3 +242,27 @@ def lane_graph(graph: tf.Graph, stage_name: str, put: tf.Operation, buffer: tf.T
                  stage_name, count, scope, len(split.head_ops), len(split.cut))
     return LaneGraph(split, tuple(lanes), targets, batch_bytes, put_occupancy,
                      tuple(t.name for t in components)), ""
+
+
+def autotune_max_lanes() -> int:
+    """Lanes built for a stage whose num_threads is AUTOTUNE: two per core, 2 to 8."""
+    return max(2, min(8, 2 * (os.cpu_count() or 1)))
+
+
+def lane_count(stage_def: StageDef) -> int:
+    """How many lanes a stage needs: none when it runs one ordered thread or is unordered."""
+    if stage_def.unordered:
+        return 0
+    if stage_def.num_threads == AUTOTUNE:
+        return autotune_max_lanes()
+    return stage_def.num_threads if stage_def.num_threads > 1 else 0
+
+
+def prepare_lanes(graph: tf.Graph, stages) -> None:
+    """Builds the lane ops of every stage that needs them, while the graph can still grow
+    (the prefetch hook's begin(), before MonitoredTrainingSession finalizes the graph)."""
+    for stage_def in stages:
+        count = lane_count(stage_def)
+        if count and not graph.finalized:
+            put = graph.get_operation_by_name(stage_def.put_node)
+            lane_graph(graph, stage_def.name, put, put.inputs[0], count)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from typing import Iterator, Protocol
@@ -28,7 +27,6 @@ from smartstage.errors import StageRuntimeError
 from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.autotune import (
     AUTOTUNE,
-    AUTOTUNE_HARD_CAPACITY,
     DEFAULT_MAX_BUFFERED_BYTES,
     PipelineStats,
     StageMeter,
@@ -36,37 +34,14 @@ from smartstage.runtime.autotune import (
 )
 from smartstage.runtime.lanes import LaneGraph, lane_graph
 from smartstage.runtime.ordered import OrderedProducer
+from smartstage.runtime.control import CONTROL_RUN_MILLIS, quiet_run, session_closed
+from smartstage.runtime.lanes import lane_count
 
 logger = logging.getLogger(__name__)
 
-CONTROL_RUN_MILLIS = 30000  # close / cancel / ready runs never wait longer than this
 _UNINITIALIZED = "iterator has not been initialized"  # IteratorGetNext's FailedPrecondition message
 AUTOTUNE_START_CAPACITY = 2
 DRAIN_POLL_SECONDS = 0.002  # how often a deferred error looks whether the good batches were taken
-
-
-def autotune_max_lanes() -> int:
-    """Lanes built for a stage whose num_threads is AUTOTUNE: two per core, 2 to 8."""
-    return max(2, min(8, 2 * (os.cpu_count() or 1)))
-
-
-def lane_count(stage_def: StageDef) -> int:
-    """How many lanes a stage needs: none when it runs one ordered thread or is unordered."""
-    if stage_def.unordered:
-        return 0
-    if stage_def.num_threads == AUTOTUNE:
-        return autotune_max_lanes()
-    return stage_def.num_threads if stage_def.num_threads > 1 else 0
-
-
-def prepare_lanes(graph: tf.Graph, stages) -> None:
-    """Builds the lane ops of every stage that needs them, while the graph can still grow
-    (the prefetch hook's begin(), before MonitoredTrainingSession finalizes the graph)."""
-    for stage_def in stages:
-        count = lane_count(stage_def)
-        if count and not graph.finalized:
-            put = graph.get_operation_by_name(stage_def.put_node)
-            lane_graph(graph, stage_def.name, put, put.inputs[0], count)
 
 
 class Owner(Protocol):
@@ -75,22 +50,6 @@ class Owner(Protocol):
     def stopping(self) -> bool: ...
 
     def report_error(self, stage: "StageThreads", error: BaseException) -> None: ...
-
-
-def session_closed(sess) -> bool:
-    return bool(getattr(sess, "_closed", False))
-
-
-def quiet_run(sess, fetch, what: str, timeout_millis: int = CONTROL_RUN_MILLIS) -> bool:
-    """Runs a control op (close, cancel); a closed session or a closed buffer is not an error."""
-    if session_closed(sess):
-        return False
-    try:
-        sess.run(fetch, options=config_pb2.RunOptions(timeout_in_ms=timeout_millis))
-        return True
-    except (tf.errors.OpError, RuntimeError) as error:
-        logger.debug("%s did not run: %s", what, error)
-        return False
 
 
 class _PutState:

@@ -42,7 +42,7 @@ from smartstage.session.live_rewrite import adopt_late_ops, rewrite_live_graph
 from smartstage.runtime import PrefetchThreads, stage_defs, start_prefetch_threads
 from smartstage.runtime.reinit import ReinitWatch, fetch_ops
 from smartstage.runtime.runner import STOP_JOIN_SECONDS
-from smartstage.runtime.stage_threads import prepare_lanes
+from smartstage.runtime.lanes import prepare_lanes
 
 logger = logging.getLogger(__name__)
 

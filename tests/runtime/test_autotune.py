@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import smartstage.runtime as ss
 from smartstage.runtime.autotune import Tuner, _Window
-from smartstage.runtime.stage_threads import autotune_max_lanes
+from smartstage.runtime.lanes import autotune_max_lanes
 from tests.runtime.helpers import bounded, range_input
 
 

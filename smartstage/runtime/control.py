@@ -1,0 +1,34 @@
+"""Control runs: the small runs a stage's threads make besides the put (close, cancel, stale marks), which a
+closed session or an already closed buffer must not turn into errors.
+
+    quiet_run(sess, stage.close, "close of stage 'stage'")   # True if it ran, False if there was nothing to do
+"""
+
+from __future__ import annotations
+
+import logging
+
+import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2
+
+
+
+logger = logging.getLogger(__name__)
+
+CONTROL_RUN_MILLIS = 30000  # close / cancel / ready runs never wait longer than this
+
+
+def session_closed(sess) -> bool:
+    return bool(getattr(sess, "_closed", False))
+
+
+def quiet_run(sess, fetch, what: str, timeout_millis: int = CONTROL_RUN_MILLIS) -> bool:
+    """Runs a control op (close, cancel); a closed session or a closed buffer is not an error."""
+    if session_closed(sess):
+        return False
+    try:
+        sess.run(fetch, options=config_pb2.RunOptions(timeout_in_ms=timeout_millis))
+        return True
+    except (tf.errors.OpError, RuntimeError) as error:
+        logger.debug("%s did not run: %s", what, error)
+        return False
