@@ -125,7 +125,8 @@ class OrderedProducer:
                         continue
                     ticket = self._next_ticket
                     self._next_ticket += 1
-                    direct = self.active == 1 or self.lanes is None
+                    # a stage on input tasks always runs its lanes (the body's timeout, the task's name)
+                    direct = self.lanes is None or (self.active == 1 and self.stage.remote is None)
                 if direct:
                     self._direct(ticket)
                     continue
@@ -206,9 +207,9 @@ class OrderedProducer:
             fetches.append(self.lanes.batch_bytes)
         started = time.monotonic()
         try:
-            result = self.sess.run(fetches, feed_dict=feed, options=self.stage.run_options)
+            result = self.sess.run(fetches, feed_dict=feed, options=self.stage.body_run_options)
         except Exception as error:  # noqa: BLE001
-            self._record_error(ticket, error)
+            self._record_error(ticket, self.stage.lane_error(error, index))
             return
         self.meter.produced(head_seconds, time.monotonic() - started)
         self.lane_batches[index] += 1

@@ -36,6 +36,8 @@ from smartstage.runtime.lanes import LaneGraph, lane_graph
 from smartstage.runtime.ordered import OrderedProducer
 from smartstage.runtime.control import CONTROL_RUN_MILLIS, quiet_run, session_closed
 from smartstage.runtime.lanes import lane_count
+from smartstage.runtime.remote import named_task_error, remote_lane_graph, remote_plan
+from smartstage.runtime.sharded import ShardedProducer
 
 logger = logging.getLogger(__name__)
 
@@ -95,9 +97,13 @@ class StageThreads:
         self.meter = StageMeter()
         self.lanes: LaneGraph | None = None
         self.producer: OrderedProducer | None = None
+        self.remote = remote_plan(graph, self.name) if self.ordered else None  # on input tasks (remote.py)
+        self.body_run_options = self.run_options if self.remote is None else self.remote.run_options(self.run_options)
         if self.ordered:
             count = lane_count(stage_def)
-            if count:
+            if self.remote is not None:
+                self.lanes = remote_lane_graph(graph, self.remote, self.put, self.put.inputs[0])
+            elif count:
                 self.lanes, why = lane_graph(graph, self.name, self.put, self.put.inputs[0], count)
                 if self.lanes is None:
                     logger.warning("stage %s: runs one ordered prefetch thread instead of %s: %s", self.name,
@@ -313,7 +319,13 @@ class StageThreads:
         self.announce_ready()
         self.start()
 
+    def lane_error(self, error: BaseException, lane: int) -> BaseException:
+        return error if self.remote is None else named_task_error(error, self.remote, lane)  # InputTaskError
+
     def start(self) -> None:
+        if self.remote is not None and self.remote.mode == "sharded":
+            self.producer = ShardedProducer(self, self.lanes, self.remote, self.meter)
+            return self.producer.start()
         if self.ordered:
             self.producer = OrderedProducer(self, self.lanes, self.tuner, self.meter)
             self.producer.start(prime=self.resettable)
