@@ -216,3 +216,21 @@ INITIALIZER_OPS = {"MakeIterator"}
 
 # Ops a QueueRunner runs to fill an input queue: a source that only feeds them is read by the runner, not the step.
 RUNNER_ENQUEUE_OPS = {"QueueEnqueueV2", "QueueEnqueue", "QueueEnqueueManyV2", "QueueEnqueueMany"}
+
+
+# The head/body split of a prefetch side (runtime/lanes.py, passes/input_tasks.py): stateful ops whose
+# result depends on their inputs only, not on how often or in which order they run, so every body run
+# may run them: checks and prints, a dataset built from this batch's tensors and reduced to one element
+# within the run (a per-batch storage read written in tf.data), and read-only table lookups.
+ORDER_FREE_STATEFUL_OPS = {
+    "Assert", "Print", "PrintV2", "NoOp", "TensorDataset", "TensorSliceDataset", "DatasetToSingleElement",
+} | TABLE_READ_OPS
+# Ops that only create or look up a handle (a table, a variable, a queue, an iterator, a reader).
+HANDLE_OPS = {
+    "HashTableV2", "HashTable", "MutableHashTableV2", "MutableHashTable", "MutableHashTableOfTensorsV2",
+    "MutableDenseHashTableV2", "VarHandleOp", "VariableV2", "Variable", "FIFOQueueV2", "FIFOQueue",
+    "PaddingFIFOQueueV2", "PaddingFIFOQueue", "RandomShuffleQueueV2", "RandomShuffleQueue",
+    "PriorityQueueV2", "PriorityQueue", "IteratorV2", "Iterator", "OneShotIterator", "TFRecordReaderV2",
+    "TextLineReaderV2", "WholeFileReaderV2", "IdentityReaderV2", "FixedLengthRecordReaderV2",
+    "LMDBReader", "Stage", "Unstage",
+}

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from tensorflow.core.framework import graph_pb2, node_def_pb2, types_pb2
 
 from smartstage.graph.names import parse_tensor_name
-from smartstage.graph.op_types import is_stateful_op
+from smartstage.graph.op_types import ITERATOR_READS, ORDER_FREE_STATEFUL_OPS, TABLE_READ_OPS, is_stateful_op
 from smartstage.graph.stages import FIFO, StageBoundary
 from smartstage.graph.view import GraphView
 from smartstage.passes.gpu.devices import stage_task
@@ -42,13 +42,10 @@ ATTR_CUT = "_smartstage_input_cut"
 ATTR_TIMEOUT = "_smartstage_input_timeout_millis"
 ATTR_LANES = "_smartstage_input_lanes_per_task"
 
-# Stateful op types whose result depends on their inputs only (not on how often or in which order they
-# run), so the body may run them on any task: an Assert, a print, and a dataset built from this batch's
-# tensors and reduced to one element within the run (a per-batch storage read written in tf.data).
-_BODY_STATEFUL = {"Assert", "Print", "PrintV2", "NoOp", "TensorDataset", "TensorSliceDataset",
-                  "DatasetToSingleElement"}
+# What the body may run on any task: the order-free stateful ops, but table lookups, whose tables live
+# on the trainer (a lookup from another task would cross the network for every batch).
+_BODY_STATEFUL = ORDER_FREE_STATEFUL_OPS - TABLE_READ_OPS
 _ITERATOR_OPS = {"IteratorV2", "Iterator"}
-_ITERATOR_READS = {"IteratorGetNext", "IteratorGetNextSync"}
 _SOURCE_DATASETS = {"TensorSliceDataset", "TensorDataset", "TextLineDataset", "TFRecordDataset",
                     "FixedLengthRecordDatasetV2", "FixedLengthRecordDataset", "RangeDataset"}
 _UNFEEDABLE = {types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT}
@@ -198,7 +195,7 @@ def _copy_nodes(new, view: GraphView, order: list[str], copied: set[str], stage:
 
 def _sharded(new, index, view: GraphView, stage: StageBoundary, side: list[str], plan: StageInputPlacement) -> None:
     iterators = [n for n in side if view.op(n) in _ITERATOR_OPS]
-    reads = [n for n in side if view.op(n) in _ITERATOR_READS]
+    reads = [n for n in side if view.op(n) in ITERATOR_READS]
     if len(iterators) != 1 or not reads:
         plan.skipped = ("sharded mode needs one initializable tf.data iterator on the prefetch side "
                         f"(found {len(iterators)} iterator(s)); use input_mode='central'")

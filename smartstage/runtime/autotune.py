@@ -213,8 +213,13 @@ class Tuner:
         best = self._best
         if best is None or rate > best[2] * (1 + GAIN_MARGIN):
             self._best = (self.threads, self.capacity, rate)
-            if empty >= EMPTY_FRACTION and self.tune_threads and self.threads < self.max_lanes:
-                return self._change(self.threads + 1, self.capacity, "the buffer ran empty: one lane more")
+            # One lane more is always tried while it pays: a buffer that looks filled in one short window
+            # (it filled while the session started) says little, and a step that shares the cores with
+            # the prefetch side can still speed up when the input gets more of them. A lane that buys no
+            # more than GAIN_MARGIN is given back below.
+            if self.tune_threads and self.threads < self.max_lanes:
+                why = "the buffer ran empty: one lane more" if empty >= EMPTY_FRACTION else "trying one lane more"
+                return self._change(self.threads + 1, self.capacity, why)
             if empty >= EMPTY_FRACTION and self.tune_capacity and self.capacity * 2 <= limit:
                 return self._change(self.threads, self.capacity * 2, "the buffer ran empty: capacity doubled")
             why = ("the buffer stays filled: the step, not the input, sets the pace" if empty < EMPTY_FRACTION
@@ -223,7 +228,7 @@ class Tuner:
         # The last change did not pay: go back to the best setting and settle there.
         lanes, capacity, best_rate = best
         self._settle(best_rate, f"{self.threads} lanes / capacity {self.capacity} ran {rate:.1f} batches/s, "
-                                f"not more than {lanes} / {capacity} at {best_rate:.1f}")
+                                f"not more than {lanes} lanes / capacity {capacity} at {best_rate:.1f}")
         changed = (lanes, capacity) != (self.threads, self.capacity)
         self.threads, self.capacity = lanes, capacity
         return changed

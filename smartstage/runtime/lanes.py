@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 from tensorflow.python.ops import gen_data_flow_ops
 
+from smartstage.graph.op_types import HANDLE_OPS, ORDER_FREE_STATEFUL_OPS
 from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.autotune import AUTOTUNE
 
@@ -35,20 +36,6 @@ logger = logging.getLogger(__name__)
 
 LANES_SCOPE = "lanes"
 
-# Stateful ops that may run in every run (the body's too): they create or look up a handle, or their
-# effect does not depend on the order or number of runs.
-_BODY_STATEFUL_OPS = {
-    "Assert", "Print", "PrintV2", "LookupTableFindV2", "LookupTableFind", "LookupTableSizeV2",
-    "LookupTableSize", "NoOp",
-}
-_HANDLE_OPS = {
-    "HashTableV2", "HashTable", "MutableHashTableV2", "MutableHashTable", "MutableHashTableOfTensorsV2",
-    "MutableDenseHashTableV2", "VarHandleOp", "VariableV2", "Variable", "FIFOQueueV2", "FIFOQueue",
-    "PaddingFIFOQueueV2", "PaddingFIFOQueue", "RandomShuffleQueueV2", "RandomShuffleQueue",
-    "PriorityQueueV2", "PriorityQueue", "IteratorV2", "Iterator", "OneShotIterator", "TFRecordReaderV2",
-    "TextLineReaderV2", "WholeFileReaderV2", "IdentityReaderV2", "FixedLengthRecordReaderV2",
-    "LMDBReader", "Stage", "Unstage",
-}
 _UNFEEDABLE = {tf.resource, tf.variant}
 
 
@@ -72,7 +59,7 @@ class PrefetchSplit:
 
 
 def _is_handle_op(op: tf.Operation) -> bool:
-    if op.type in _HANDLE_OPS:
+    if op.type in HANDLE_OPS:
         return True
     return (not op.inputs and bool(op.outputs)
             and all(t.dtype == tf.resource for t in op.outputs) and not op.type.startswith("Anonymous"))
@@ -80,7 +67,7 @@ def _is_handle_op(op: tf.Operation) -> bool:
 
 def _is_head_op(op: tf.Operation) -> bool:
     """Whether `op` must run once per batch, in order (its result depends on earlier runs)."""
-    if op.type in _BODY_STATEFUL_OPS or _is_handle_op(op):
+    if op.type in ORDER_FREE_STATEFUL_OPS or _is_handle_op(op):
         return False
     try:
         return bool(op.op_def.is_stateful)
