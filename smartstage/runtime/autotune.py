@@ -219,7 +219,9 @@ class Tuner:
             # more than GAIN_MARGIN is given back below.
             if self.tune_threads and self.threads < self.max_lanes:
                 why = "the buffer ran empty: one lane more" if empty >= EMPTY_FRACTION else "trying one lane more"
-                return self._change(self.threads + 1, self.capacity, why)
+                # A lane runs ahead only into room in the buffer: with capacity tuned, give each lane two slots.
+                room = min(max(self.capacity, 2 * (self.threads + 1)), limit) if self.tune_capacity else self.capacity
+                return self._change(self.threads + 1, room, why)
             if empty >= EMPTY_FRACTION and self.tune_capacity and self.capacity * 2 <= limit:
                 return self._change(self.threads, self.capacity * 2, "the buffer ran empty: capacity doubled")
             why = ("the buffer stays filled: the step, not the input, sets the pace" if empty < EMPTY_FRACTION
