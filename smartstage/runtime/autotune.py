@@ -213,15 +213,14 @@ class Tuner:
         best = self._best
         if best is None or rate > best[2] * (1 + GAIN_MARGIN):
             self._best = (self.threads, self.capacity, rate)
-            # One lane more is always tried while it pays: a buffer that looks filled in one short window
-            # (it filled while the session started) says little, and a step that shares the cores with
-            # the prefetch side can still speed up when the input gets more of them. A lane that buys no
-            # more than GAIN_MARGIN is given back below.
-            if self.tune_threads and self.threads < self.max_lanes:
-                why = "the buffer ran empty: one lane more" if empty >= EMPTY_FRACTION else "trying one lane more"
+            # One lane more only while the input is the bound: a lane costs two more session runs per batch
+            # and a round trip of the head's values through Python, so a trial is not free (on string-heavy
+            # heads a lane ran at a fifth of one thread's rate). A lane that buys no more than GAIN_MARGIN
+            # is given back below.
+            if empty >= EMPTY_FRACTION and self.tune_threads and self.threads < self.max_lanes:
                 # A lane runs ahead only into room in the buffer: with capacity tuned, give each lane two slots.
                 room = min(max(self.capacity, 2 * (self.threads + 1)), limit) if self.tune_capacity else self.capacity
-                return self._change(self.threads + 1, room, why)
+                return self._change(self.threads + 1, room, "the buffer ran empty: one lane more")
             if empty >= EMPTY_FRACTION and self.tune_capacity and self.capacity * 2 <= limit:
                 return self._change(self.threads, self.capacity * 2, "the buffer ran empty: capacity doubled")
             why = ("the buffer stays filled: the step, not the input, sets the pace" if empty < EMPTY_FRACTION
@@ -229,10 +228,11 @@ class Tuner:
             return self._settle(rate, why)
         # The last change did not pay: go back to the best setting and settle there.
         lanes, capacity, best_rate = best
-        self._settle(best_rate, f"{self.threads} lanes / capacity {self.capacity} ran {rate:.1f} batches/s, "
-                                f"not more than {lanes} lanes / capacity {capacity} at {best_rate:.1f}")
+        why = (f"{self.threads} lanes / capacity {self.capacity} ran {rate:.1f} batches/s, "
+               f"not more than {lanes} lanes / capacity {capacity} at {best_rate:.1f}")
         changed = (lanes, capacity) != (self.threads, self.capacity)
         self.threads, self.capacity = lanes, capacity
+        self._settle(best_rate, why)  # logs the setting it went back to
         return changed
 
     def _change(self, threads: int, capacity: int, why: str) -> bool:

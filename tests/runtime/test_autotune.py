@@ -54,13 +54,12 @@ def test_a_latency_bound_body_gets_the_most_lanes(graph):
 def test_a_training_bound_step_keeps_one_lane(graph):
     y = ss.staged(range_input(10**6) * 2)
     with tf.compat.v1.Session(graph=graph) as sess, ss.start_prefetch_threads(sess) as threads:
-        got = _train(sess, y, 150, step_sleep=0.015)
+        got = _train(sess, y, 60, step_sleep=0.03)
         (decision,) = threads.decisions()
         (stats,) = threads.stats()
-    assert got == [2 * i for i in range(150)]
-    # a second lane was tried and given back: it bought nothing while the step set the pace
+    assert got == [2 * i for i in range(60)]
     assert decision.settled and decision.num_threads == 1, decision
-    assert [t[0] for t in decision.tried][:2] == [1, 2] and "not more than 1 lanes" in decision.reason, decision
+    assert "step" in decision.reason
     assert stats.occupancy > 1
 
 
@@ -110,11 +109,8 @@ def test_the_tuner_goes_back_when_a_lane_more_does_not_pay():
 
 def test_the_tuner_reopens_when_throughput_moves():
     tuner = Tuner("s", 1, 2, tune_threads=True, tune_capacity=False, max_lanes=4, max_buffered_bytes=10**9)
-    tuner.observe(_window(30, 0), 50.0, 100)                    # the first window still holds the start
-    assert tuner.observe(_window(30, 0), 50.0, 100)             # one lane measured: try a second
-    assert tuner.threads == 2 and not tuner.settled
-    tuner.observe(_window(30, 0), 50.0, 100)                    # (the window of the change)
-    assert tuner.observe(_window(30, 0), 50.5, 100)             # no gain: back to one lane, settled
+    tuner.observe(_window(30, 0), 50.0, 100)
+    tuner.observe(_window(30, 0), 50.0, 100)                    # buffer full: settle at one lane
     assert tuner.settled and tuner.threads == 1
     tuner.observe(_window(30, 0), 50.0, 100)
     assert not tuner.observe(_window(30, 0), 52.0, 100)          # noise: nothing changes
