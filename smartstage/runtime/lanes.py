@@ -35,6 +35,8 @@ from smartstage.runtime.autotune import AUTOTUNE
 logger = logging.getLogger(__name__)
 
 LANES_SCOPE = "lanes"
+REMOTE_LANES_SCOPE = "remote_lanes"  # lanes on input tasks (runtime/remote.py)
+LANE_SCOPES = (LANES_SCOPE, REMOTE_LANES_SCOPE)
 
 _UNFEEDABLE = {tf.resource, tf.variant}
 
@@ -182,6 +184,28 @@ def _existing(graph: tf.Graph, scope: str, put: tf.Operation, count: int) -> Lan
                      graph.get_tensor_by_name(f"{scope}/put_occupancy:0"), inputs)
 
 
+def build_lane(index: int, buffer: tf.Tensor, values: list[tf.Tensor], waits: list[tf.Operation]) -> Lane:
+    """Lane `index`'s ops under `lane_<index>/` of the current name scope: a one-batch FIFO the body's run
+    fills with `values` (after `waits`), and the merger's move from it into the stage's `buffer`."""
+    dtypes = [t.dtype.base_dtype for t in values]
+    shapes = [t.shape for t in values]
+    with tf.compat.v1.name_scope(f"lane_{index}"):
+        queue = gen_data_flow_ops.fifo_queue_v2(
+            component_types=dtypes, shapes=shapes if all(s.is_fully_defined() for s in shapes) else [],
+            capacity=1, name="queue")
+        with tf.control_dependencies(waits):
+            enqueue = gen_data_flow_ops.queue_enqueue_v2(queue, values, name="enqueue")
+        taken = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="dequeue")
+        taken = list(taken) if isinstance(taken, (list, tuple)) else [taken]
+        move = gen_data_flow_ops.queue_enqueue_v2(buffer, taken, name="move")
+        with tf.control_dependencies([move]):
+            occupancy = gen_data_flow_ops.queue_size_v2(buffer, name="occupancy")
+        size = gen_data_flow_ops.queue_size_v2(queue, name="size")
+        discard = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="discard")
+        discard = (discard[0] if isinstance(discard, (list, tuple)) else discard).op
+    return Lane(enqueue, move, occupancy, size, discard)
+
+
 def lane_graph(graph: tf.Graph, stage_name: str, put: tf.Operation, buffer: tf.Tensor,
                count: int) -> tuple[LaneGraph | None, str]:
     """The lane ops of a stage (built now if the graph is not finalized); (None, why) when there are none.
@@ -198,29 +222,12 @@ def lane_graph(graph: tf.Graph, stage_name: str, put: tf.Operation, buffer: tf.T
                       "smartstage.make_prefetch_hook() (its begin() builds them) or start the prefetch threads "
                       "before finalizing")
     components = list(put.inputs[1:])
-    dtypes = [t.dtype.base_dtype for t in components]
-    shapes = [t.shape for t in components]
-    fully_defined = all(s.is_fully_defined() for s in shapes)
     split = split_prefetch_side(put)
     with graph.as_default(), tf.compat.v1.name_scope(None):
         scope = graph.unique_name(base, mark_as_used=False)
         with tf.compat.v1.name_scope(scope + "/"), tf.device(put.device):
-            lanes = []
-            for index in range(count):
-                with tf.compat.v1.name_scope(f"lane_{index}"):
-                    queue = gen_data_flow_ops.fifo_queue_v2(
-                        component_types=dtypes, shapes=shapes if fully_defined else [], capacity=1, name="queue")
-                    with tf.control_dependencies([c for c in put.control_inputs if c.name not in split.head_ops]):
-                        enqueue = gen_data_flow_ops.queue_enqueue_v2(queue, components, name="enqueue")
-                    taken = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="dequeue")
-                    taken = list(taken) if isinstance(taken, (list, tuple)) else [taken]
-                    move = gen_data_flow_ops.queue_enqueue_v2(buffer, taken, name="move")
-                    with tf.control_dependencies([move]):
-                        occupancy = gen_data_flow_ops.queue_size_v2(buffer, name="occupancy")
-                    size = gen_data_flow_ops.queue_size_v2(queue, name="size")
-                    discard = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="discard")
-                    discard = (discard[0] if isinstance(discard, (list, tuple)) else discard).op
-                    lanes.append(Lane(enqueue, move, occupancy, size, discard))
+            waits = [c for c in put.control_inputs if c.name not in split.head_ops]
+            lanes = [build_lane(index, buffer, components, waits) for index in range(count)]
             targets = tf.group(*split.head_targets, name="head_targets") if split.head_targets else None
             batch_bytes = tf.identity(_batch_bytes(components), name="batch_bytes")
             with tf.control_dependencies([put]):

@@ -25,13 +25,12 @@ from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.ops import gen_data_flow_ops
 
 from smartstage.errors import StageRuntimeError
-from smartstage.runtime.lanes import Lane, LaneGraph, PrefetchSplit, _batch_bytes
+from smartstage.runtime.lanes import REMOTE_LANES_SCOPE, Lane, LaneGraph, PrefetchSplit, _batch_bytes, build_lane
 
 logger = logging.getLogger(__name__)
 
 MARKER = "input_tasks"        # kept equal to passes/input_tasks.py (the runtime never imports a pass)
 COPY_SCOPE = "input_task_{}"
-REMOTE_LANES_SCOPE = "remote_lanes"
 _TASK_IN_MESSAGE = re.compile(r"/job:[\w-]+/replica:\d+/task:\d+")
 
 
@@ -126,30 +125,14 @@ def remote_lane_graph(graph: tf.Graph, plan: RemotePlan, put: tf.Operation, buff
         raise StageRuntimeError(
             f"stage '{plan.stage}': the graph is finalized and has no lanes for its input tasks; start the "
             "prefetch threads (or create the session with smartstage.make_prefetch_hook()) before finalizing")
-    dtypes = [t.dtype.base_dtype for t in components]
-    shapes = [t.shape for t in components]
-    fully_defined = all(s.is_fully_defined() for s in shapes)
     lanes = []
     with graph.as_default(), tf.compat.v1.name_scope(None), tf.compat.v1.name_scope(scope + "/"), \
             tf.device(put.device):
         for index in range(plan.lane_count):
             task = plan.task_of_lane(index)
-            with tf.compat.v1.name_scope(f"lane_{index}"):
-                queue = gen_data_flow_ops.fifo_queue_v2(component_types=dtypes, shapes=shapes if fully_defined
-                                                        else [], capacity=1, name="queue")
-                values = [_on_task(graph, plan, task, t) for t in components]
-                waits = [_op_on_task(graph, plan, task, c) for c in put.control_inputs if c not in head_targets_ops]
-                with tf.control_dependencies(waits):
-                    enqueue = gen_data_flow_ops.queue_enqueue_v2(queue, values, name="enqueue")
-                taken = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="dequeue")
-                taken = list(taken) if isinstance(taken, (list, tuple)) else [taken]
-                move = gen_data_flow_ops.queue_enqueue_v2(buffer, taken, name="move")
-                with tf.control_dependencies([move]):
-                    occupancy = gen_data_flow_ops.queue_size_v2(buffer, name="occupancy")
-                size = gen_data_flow_ops.queue_size_v2(queue, name="size")
-                discard = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="discard")
-                discard = (discard[0] if isinstance(discard, (list, tuple)) else discard).op
-                lanes.append(Lane(enqueue, move, occupancy, size, discard))
+            values = [_on_task(graph, plan, task, t) for t in components]
+            waits = [_op_on_task(graph, plan, task, c) for c in put.control_inputs if c not in head_targets_ops]
+            lanes.append(build_lane(index, buffer, values, waits))
         targets = tf.group(*head_targets_ops, name="head_targets") if head_targets_ops else None
         batch_bytes = tf.identity(_batch_bytes(components), name="batch_bytes")
         with tf.control_dependencies([put]):

@@ -36,7 +36,7 @@ from tensorflow.python.ops import gen_data_flow_ops
 from smartstage.config.options import SmartStageOptions
 from smartstage.errors import GraphError, TargetError
 from smartstage.graph.stages import FIFO
-from smartstage.runtime.lanes import LANES_SCOPE
+from smartstage.runtime.lanes import LANE_SCOPES
 from smartstage.runtime.metadata import STAGES_COLLECTION, StageRecord, stage_defs
 from smartstage.session.record import LiveRewrite, LiveStage, _dedupe, _set_control_inputs, rewrite_once
 
@@ -319,7 +319,7 @@ def adopt_late_ops(graph: tf.Graph, record: LiveRewrite) -> int:
     last_op = _last_op_id(graph)
     # The runtime's own lane ops (built by the prefetch hook's begin() or the session) read the put's
     # inputs on purpose: they are the prefetch side, never a late main-side reader.
-    lane_scopes = tuple(f"{sd.name}/{LANES_SCOPE}" for sd in stage_defs(graph))
+    lane_scopes = tuple(f"{sd.name}/{scope}" for sd in stage_defs(graph) for scope in LANE_SCOPES)
     rewired = 0
     for op_id in range(record.last_op_id + 1, last_op + 1):
         if op_id not in by_id:

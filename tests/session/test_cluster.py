@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,24 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster.cluster import free_ports
+
 pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
 BOUND_SECONDS = 120.0
 STEPS = 20
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def start(job: str, index: int, cluster: dict, run_dir: Path) -> subprocess.Popen:
