@@ -7,6 +7,7 @@ closed session or an already closed buffer must not turn into errors.
 from __future__ import annotations
 
 import logging
+import time
 
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
@@ -32,3 +33,20 @@ def quiet_run(sess, fetch, what: str, timeout_millis: int = CONTROL_RUN_MILLIS) 
     except (tf.errors.OpError, RuntimeError) as error:
         logger.debug("%s did not run: %s", what, error)
         return False
+
+
+SOFT_CAP_POLL_SECONDS = 0.001  # how often a full (soft-capped) buffer is looked at
+
+
+def wait_below(sess, size, capacity, halted) -> int | None:
+    """Waits until the buffer's `size` op reads fewer batches than `capacity()` (a soft cap: the queue
+    itself is unbounded, so the threads keep under it); the size seen, or None when halted or failing."""
+    while not halted():
+        try:
+            occupancy = int(sess.run(size))
+        except (tf.errors.OpError, RuntimeError):
+            return None
+        if occupancy < capacity():
+            return occupancy
+        time.sleep(SOFT_CAP_POLL_SECONDS)
+    return None

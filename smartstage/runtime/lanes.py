@@ -238,6 +238,13 @@ def lane_graph(graph: tf.Graph, stage_name: str, put: tf.Operation, buffer: tf.T
                      tuple(t.name for t in components)), ""
 
 
+def discard_leftovers(control_run, lanes) -> None:
+    """Drops batches left in lane queues by a stop (re-initialisation): they belong to the old input."""
+    for lane in lanes:
+        for _ in range(int(control_run(lane.size))):
+            control_run(lane.discard)
+
+
 def autotune_max_lanes() -> int:
     """Lanes built for a stage whose num_threads is AUTOTUNE: two per core, 2 to 8."""
     return max(2, min(8, 2 * (os.cpu_count() or 1)))

@@ -23,18 +23,17 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-import tensorflow as tf
 
 from smartstage.runtime.autotune import StageMeter, Tuner
+from smartstage.runtime.control import wait_below
+from smartstage.runtime.lanes import LaneGraph, discard_leftovers
 
 if TYPE_CHECKING:
-    from smartstage.runtime.lanes import LaneGraph
     from smartstage.runtime.stage_threads import StageThreads
 
 logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.05        # how often a waiting worker looks at the stop flags
-GATE_POLL_SECONDS = 0.001  # how often a full (soft-capped) buffer is looked at
 
 
 class OrderedProducer:
@@ -62,7 +61,7 @@ class OrderedProducer:
 
     # -- control -----------------------------------------------------------------------------------
     def halted(self) -> bool:
-        return self.stage.owner.stopping() or self.stage.paused() or bool(getattr(self.sess, "_closed", False))
+        return self.stage.halted()
 
     def apply(self, threads: int, capacity: int) -> None:
         """New settings from the tuner; they take effect at the next ticket (no step waits for them)."""
@@ -73,12 +72,8 @@ class OrderedProducer:
             self._cond.notify_all()
 
     def discard_lane_leftovers(self) -> None:
-        """Drops batches left in lane queues by a stop (re-initialisation): they belong to the old input."""
-        if self.lanes is None:
-            return
-        for lane in self.lanes.lanes:
-            for _ in range(int(self.stage.control_run(lane.size))):
-                self.stage.control_run(lane.discard)
+        if self.lanes is not None:
+            discard_leftovers(self.stage.control_run, self.lanes.lanes)
 
     def start(self, prime: bool) -> None:
         if prime and not self._prime():
@@ -229,15 +224,9 @@ class OrderedProducer:
         cap = self.soft_capacity
         if cap is None or self._occupancy < cap:
             return
-        size = self.stage.size
-        while not self.halted():
-            try:
-                self._occupancy = int(self.sess.run(size))
-            except (tf.errors.OpError, RuntimeError):
-                return
-            if self._occupancy < (self.soft_capacity or cap):
-                return
-            time.sleep(GATE_POLL_SECONDS)
+        seen = wait_below(self.sess, self.stage.size, lambda: self.soft_capacity or cap, self.halted)
+        if seen is not None:
+            self._occupancy = seen
 
     # -- merger ------------------------------------------------------------------------------------
     def _merge(self) -> None:

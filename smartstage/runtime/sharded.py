@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 
-from smartstage.runtime.lanes import LaneGraph
+from smartstage.runtime.lanes import LaneGraph, discard_leftovers
 from smartstage.runtime.remote import RemotePlan, named_task_error
 
 logger = logging.getLogger(__name__)
@@ -46,15 +46,13 @@ class ShardedProducer:
         self._options = plan.run_options(stage.run_options)
 
     def halted(self) -> bool:
-        return self.stage.owner.stopping() or self.stage.paused() or bool(getattr(self.sess, "_closed", False))
+        return self.stage.halted()
 
     def apply(self, threads: int, capacity: int) -> None:
         """Autotune does not change a sharded stage: one lane per task."""
 
     def discard_lane_leftovers(self) -> None:
-        for lane in self.lanes.lanes[:self.workers]:
-            for _ in range(int(self.stage.control_run(lane.size))):
-                self.stage.control_run(lane.discard)
+        discard_leftovers(self.stage.control_run, self.lanes.lanes[:self.workers])
 
     def start(self, prime: bool = False) -> None:
         self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True,

@@ -34,7 +34,7 @@ from smartstage.runtime.autotune import (
 )
 from smartstage.runtime.lanes import LaneGraph, lane_graph
 from smartstage.runtime.ordered import OrderedProducer
-from smartstage.runtime.control import CONTROL_RUN_MILLIS, quiet_run, session_closed
+from smartstage.runtime.control import CONTROL_RUN_MILLIS, quiet_run, session_closed, wait_below
 from smartstage.runtime.lanes import lane_count
 from smartstage.runtime.remote import named_task_error, remote_lane_graph, remote_plan
 from smartstage.runtime.sharded import ShardedProducer
@@ -148,6 +148,10 @@ class StageThreads:
     def paused(self) -> bool:
         return self._paused.is_set()
 
+    def halted(self) -> bool:
+        """Whether this stage's threads must stop making batches: shutdown, a pause, or a closed session."""
+        return self.owner.stopping() or self._paused.is_set() or session_closed(self.sess)
+
     def control_run(self, fetch):
         return self.sess.run(fetch, options=config_pb2.RunOptions(timeout_in_ms=CONTROL_RUN_MILLIS))
 
@@ -173,7 +177,7 @@ class StageThreads:
         """What a prefetch error means: shutdown, closed (end of input), ignored, cancelled, uninitialized
         (an iterator not initialised yet, at a resettable stage) or unexpected."""
         code = getattr(error, "error_code", None)
-        if self.owner.stopping() or self._paused.is_set() or session_closed(self.sess):
+        if self.halted():
             return "shutdown"
         if code in self.closed_codes:
             return "closed"
@@ -357,11 +361,8 @@ class StageThreads:
 
     def _wait_for_room(self) -> None:
         """Unordered threads with a tuned capacity: the queue is unbounded, so they keep under the soft cap."""
-        while (self.stage_def.capacity == AUTOTUNE and self.size is not None and not self.owner.stopping()
-               and not self._paused.is_set() and not session_closed(self.sess)):
-            if int(self.sess.run(self.size)) < self.tuner.capacity:
-                return
-            time.sleep(0.001)
+        if self.stage_def.capacity == AUTOTUNE and self.size is not None:
+            wait_below(self.sess, self.size, lambda: self.tuner.capacity, self.halted)
 
     def _run_put(self, put_state: _PutState) -> None:
         self._wait_for_room()
