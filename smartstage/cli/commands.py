@@ -90,15 +90,30 @@ def _explain(args) -> int:
     import json
 
     from smartstage.inspection.explain import explain
+    from smartstage.inspection.placement import placement_lines, stage_placements
+    from smartstage.optimizer import optimize
 
+    if not args.node and not args.placement:
+        raise _Fail("explain needs NODE (why it moved or stayed), or --placement (which input task runs what)")
     loaded = _load(args.graph)
+    feeds = _feed_values(args.feed)[0]
     with _status("optimizing"):
-        explanation = explain(_source(loaded), args.node, targets=args.target, feeds=_feed_values(args.feed)[0],
-                              config=_config(args))
+        result = optimize(_source(loaded), _config(args), targets=args.target, feeds=feeds)
+        explanation = explain(_source(loaded), args.node, result=result) if args.node else None
+    placements = stage_placements(result.meta_graph_def if result.meta_graph_def is not None else result.graph_def)
     if args.json:
-        sys.stdout.write(json.dumps(explanation.to_dict(), indent=2) + "\n")
-    else:
+        document = explanation.to_dict() if explanation is not None else {}
+        if args.placement:
+            document["placements"] = [p.to_dict() for p in placements]
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        return EXIT_OK
+    if explanation is not None:
         sys.stdout.write(explanation.text() + "\n")
+    if args.placement:
+        lines = placement_lines(placements) or [
+            f"no stage of {args.graph} is placed on input tasks (optimize it with --input-job JOB --input-tasks N, "
+            "or pass them here)"]
+        sys.stdout.write("\n".join(lines) + "\n")
     return EXIT_OK
 
 
@@ -110,7 +125,7 @@ def _verify(args) -> int:
     with _progress(args.steps) as progress:
         check = verify_rewrite(_source(loaded), args.steps, fetches=args.fetch or None, targets=args.target,
                                feeds=feeds, progress=progress, grappler=args.grappler, config=_config(args),
-                               feed_dict=feed_dict or None)
+                               feed_dict=feed_dict or None, start_seconds=args.start_timeout)
     fetched = ", ".join(check.fetches)
     if check.identical:
         print(f"verify: {check.describe()}; fetched {fetched}")

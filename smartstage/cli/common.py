@@ -27,7 +27,9 @@ def _error(message: str) -> None:
 def _config(args, gpu: bool = False):
     from smartstage.config.options import enable_smart_stage
 
-    return enable_smart_stage(gpu=gpu, auto_stage=True if args.auto_stage else None)
+    scale_out = ({"input_job": args.input_job, "input_tasks": args.input_tasks, "input_mode": args.input_mode}
+                 if getattr(args, "input_job", None) else {})
+    return enable_smart_stage(gpu=gpu, auto_stage=True if args.auto_stage else None, **scale_out)
 
 
 def _positive(text: str) -> int:

@@ -5,6 +5,7 @@
     smartstage diff model.meta fast.meta [--json]
     smartstage explain model.meta dlrm/embeddings/C1/lookup
     smartstage verify model.meta --steps 20          # exit 1 when any fetched value differs
+    smartstage explain model.meta --placement --input-job input --input-tasks 2   # which input task runs what
 
 Exit codes: 0 done; 1 `verify` found a difference; 2 bad input or a SmartStage error (one line on
 stderr, no traceback; wrong flags get argparse's usage message); 130 interrupted. Progress (loading,
@@ -81,11 +82,7 @@ def _parser() -> argparse.ArgumentParser:
                    "(same format as IN; written atomically)")
     _selection_flags(p)
     p.add_argument("--gpu", action="store_true", help="also place the prefetch side for a GPU (do_smart_stage_gpu)")
-    p.add_argument("--input-job", metavar="JOB", help="place the prefetch side on the tasks of JOB "
-                   "(/job:JOB/task:i; docs/scale-out.md)")
-    p.add_argument("--input-tasks", type=_positive, default=1, metavar="N", help="tasks of --input-job (default 1)")
-    p.add_argument("--input-mode", choices=("central", "sharded"), default="central",
-                   help="central: the trainer reads, the tasks compute; sharded: task i reads shard i")
+    _scale_out_flags(p)
     p.add_argument("--report", metavar="JSON", help="write the GraphDiff as JSON (docs/graph-diff-json.md)")
     p.add_argument("--html", metavar="HTML", help="write the self-contained HTML report")
     p.add_argument("--tensorboard", metavar="LOGDIR", help="write the graph before and after as two TensorBoard runs")
@@ -105,8 +102,11 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("explain", help="why a node stays on the main side, or why it moves")
     p.add_argument("graph", metavar="GRAPH")
-    p.add_argument("node", metavar="NODE")
+    p.add_argument("node", metavar="NODE", nargs="?", help="the node to explain (optional with --placement)")
     _selection_flags(p)
+    _scale_out_flags(p)
+    p.add_argument("--placement", action="store_true", help="print which input task runs what, per stage (a graph "
+                   "optimized with --input-job, or pass --input-job here)")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
     p.set_defaults(run=_explain)
 
@@ -119,6 +119,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--grappler", action="store_true", help="keep TensorFlow's Grappler on in both runs (it may "
                    "fold the main side differently after the rewrite: last-bit float differences)")
     _selection_flags(p)
+    _scale_out_flags(p, " (verify then runs both graphs on a loopback cluster: a trainer and N input-task "
+                        "servers on 127.0.0.1)")
+    p.add_argument("--start-timeout", type=_positive, default=60, metavar="SECONDS",
+                   help="how long the loopback cluster's servers may take to start (default 60)")
     p.set_defaults(run=_verify)
 
     p = sub.add_parser("demo", help="optimize a built-in example graph and show the diff")
@@ -139,6 +143,14 @@ def _selection_flags(p: argparse.ArgumentParser) -> None:
                         "list) to it in both runs")
     p.add_argument("--auto-stage", action="store_true",
                    help="insert a stage at every input source (iterator, queue dequeue, reader) no stage covers")
+
+
+def _scale_out_flags(p: argparse.ArgumentParser, more: str = "") -> None:
+    p.add_argument("--input-job", metavar="JOB", help="place the prefetch side on the tasks of JOB "
+                   f"(/job:JOB/task:i; docs/scale-out.md){more}")
+    p.add_argument("--input-tasks", type=_positive, default=1, metavar="N", help="tasks of --input-job (default 1)")
+    p.add_argument("--input-mode", choices=("central", "sharded"), default="central",
+                   help="central: the trainer reads, the tasks compute; sharded: task i reads shard i")
 
 
 def _layout_flags(p: argparse.ArgumentParser) -> None:

@@ -32,6 +32,7 @@ from smartstage.graph.view import GraphView
 from smartstage.graph.load import load_graph, stage_defs_of
 from smartstage.inspection.chains import input_path
 from smartstage.inspection.attr_text import attr_text
+from smartstage.inspection.placement import StagePlacement, stage_placements
 from smartstage.inspection.sides import FREE, MAIN, PREFETCH_PREFIX, GraphSides, graph_sides, stage_of_side
 
 SCHEMA = "smartstage.graph_diff"
@@ -143,6 +144,7 @@ class GraphDiff:
     attr_changes: tuple[AttrChange, ...] = ()
     notes: tuple[str, ...] = ()
     has_pins: bool = False  # whether pins are known (an OptimizeResult was given)
+    placement: tuple[StagePlacement, ...] = ()  # stages of the after graph placed on input tasks (scale-out)
     schema_version: int = SCHEMA_VERSION
     # Kept for drawing, never serialised: the side of every node of the after graph, and the graphs.
     sides_after: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -214,6 +216,7 @@ class GraphDiff:
             "device_changes": [_plain(c) for c in self.device_changes],
             "attr_changes": [_plain(c) for c in self.attr_changes],
             "notes": list(self.notes),
+            **({"placement": [p.to_dict() for p in self.placement]} if self.placement else {}),
         }
 
     @classmethod
@@ -244,6 +247,7 @@ class GraphDiff:
             op_changes=build(ValueChange, d["op_changes"]), device_changes=build(ValueChange, d["device_changes"]),
             attr_changes=build(AttrChange, d["attr_changes"]), notes=tuple(d.get("notes", ())),
             has_pins=bool(d.get("has_pins", False)),
+            placement=tuple(StagePlacement.from_dict(p) for p in d.get("placement", ())),
         )
 
 
@@ -309,7 +313,8 @@ def graph_diff(before, after, result=None) -> GraphDiff:
         before_nodes=len(old_view), after_nodes=len(new_view), stages=tuple(stages), moved=tuple(moved),
         pinned=tuple(pinned), added=tuple(added), removed=tuple(removed), rewired=tuple(rewired),
         op_changes=tuple(op_changes), device_changes=tuple(device_changes), attr_changes=tuple(attr_changes),
-        notes=notes, has_pins=result is not None, sides_after=dict(new_sides.side),
+        notes=notes, has_pins=result is not None, placement=stage_placements(None, new_view, new_sides),
+        sides_after=dict(new_sides.side),
         before_graph=old.graph_def, after_graph=new.graph_def,
     )
 

@@ -11,10 +11,13 @@
 The verdict comes from optimize() on `graph` (or the OptimizeResult given). A chain is in dataflow
 order: from the pinning cause to the node, from the take to a moved node, from a prefetch-side node to
 the put. A name that is not a node of the graph raises GraphError with the closest names.
+For a graph optimized with `input_job` (scale-out), `placement` says which input task runs the node
+("'hash' runs on /job:input/replica:0/task:0 (lane 0) for stage 'stage'; its copies ...").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +28,7 @@ from smartstage.graph.view import GraphView
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.load import load_graph, stage_defs_of
 from smartstage.passes.pins import PinRules
+from smartstage.inspection.placement import placement_of_node, stage_placements
 from smartstage.inspection.sides import FREE, MAIN, PREFETCH_PREFIX, STAGE_PREFIX, graph_sides, stage_of_side
 
 MOVED = "moved"
@@ -48,16 +52,20 @@ class Explanation:
     chain: tuple[str, ...] = ()
     kind: str | None = None  # the pin kind (variable, feed, target, ...), for pinned nodes
     cause: str | None = None  # the node at the root of a pin
+    placement: str | None = None  # which task runs it, when its stage is placed on input tasks (scale-out)
 
     def text(self) -> str:
         lines = [self.reason]
         if len(self.chain) > 1:
             lines.append("  chain: " + " -> ".join(self.chain))
+        if self.placement:
+            lines.append("  placement: " + self.placement)
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "op": self.op, "verdict": self.verdict, "reason": self.reason,
-                "stage": self.stage, "chain": list(self.chain), "kind": self.kind, "cause": self.cause}
+                "stage": self.stage, "chain": list(self.chain), "kind": self.kind, "cause": self.cause,
+                "placement": self.placement}
 
 
 def explain(graph, node: str, *, targets=None, feeds=None, config=None, result=None) -> Explanation:
@@ -75,8 +83,20 @@ def explain(graph, node: str, *, targets=None, feeds=None, config=None, result=N
     if result is None:
         result = optimize(loaded.meta_graph_def if loaded.meta_graph_def is not None else loaded.graph_def,
                           config if config is not None else enable_smart_stage(), targets=targets, feeds=feeds)
-    op = view.op(name)
+    explanation = _explain(loaded, view, name, result)
+    placements = stage_placements(_after(result))
+    if not placements:
+        return explanation
+    after_view = GraphView(result.graph_def)
+    return dataclasses.replace(explanation, placement=placement_of_node(placements, after_view, name))
 
+
+def _after(result):
+    return result.meta_graph_def if result.meta_graph_def is not None else result.graph_def
+
+
+def _explain(loaded, view: GraphView, name: str, result) -> Explanation:
+    op = view.op(name)
     for p in result.partitions:
         stage = p.stage.name
         if name in p.moved:

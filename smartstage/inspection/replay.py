@@ -145,10 +145,11 @@ def as_written_config(config: tf.compat.v1.ConfigProto | None = None) -> tf.comp
 
 def run_steps(graph, fetches: Sequence[str], steps: int, *, init_ops: Sequence[str] | None = None,
               feed_dict: dict | None = None, config: tf.compat.v1.ConfigProto | None = None,
-              progress: Progress | None = None) -> Run:
+              progress: Progress | None = None, target: str = "") -> Run:
     """Runs `graph` (any form optimize() takes) for up to `steps` steps, fetching `fetches` each step.
 
-    Without `config`, TensorFlow's own graph rewrites are off (see as_written_config)."""
+    Without `config`, TensorFlow's own graph rewrites are off (see as_written_config). target: the session's
+    master ("" in-process; "grpc://..." a cluster's trainer, see inspection/loopback.py)."""
     from smartstage.runtime import start_prefetch_threads
     from smartstage.runtime.runner import STOP_JOIN_SECONDS
 
@@ -161,7 +162,8 @@ def run_steps(graph, fetches: Sequence[str], steps: int, *, init_ops: Sequence[s
         raise TargetError(f"cannot fetch {fetches}: {e}") from None
     feeds = {graph_obj.as_graph_element(k): v for k, v in (feed_dict or {}).items()}
     run = Run(list(fetches))
-    with tf.compat.v1.Session(graph=graph_obj, config=config if config is not None else as_written_config()) as sess:
+    with tf.compat.v1.Session(target, graph=graph_obj,
+                              config=config if config is not None else as_written_config()) as sess:
         sess.run(_init_ops(graph_obj, init_ops))
         coord = tf.compat.v1.train.Coordinator()
         queue_threads = tf.compat.v1.train.start_queue_runners(sess=sess, coord=coord)

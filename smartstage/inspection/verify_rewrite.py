@@ -7,6 +7,8 @@
 Fetches default to what the training step runs: the train_op, losses and smartstage_targets collections of
 a MetaGraphDef. A fetch of a tensor that moved to the prefetch side is read through the take that now
 carries it (OptimizeResult.fetch_map()), so both runs see the value of the batch being trained on.
+A graph optimized with `input_job` (its stages on input tasks) runs, both before and after, on a loopback
+cluster started for the check: `check.cluster` is its ClusterSpec.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from smartstage.errors import TargetError
+from smartstage.errors import ConfigError, TargetError
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.load import TARGET_COLLECTIONS, load_graph
+from smartstage.inspection.loopback import START_SECONDS, TRAINER_JOB, LoopbackCluster
+from smartstage.inspection.placement import stage_placements
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class RewriteCheck:
     fetches: tuple[str, ...]
     after_fetches: tuple[str, ...]
     result: object  # the OptimizeResult whose graph ran as "after"
+    cluster: dict | None = None  # the loopback ClusterSpec both graphs ran on (None: in-process)
+    placement: tuple = ()  # the after graph's stages placed on input tasks (inspection.placement)
 
     @property
     def identical(self) -> bool:
@@ -37,7 +43,16 @@ class RewriteCheck:
         return len(self.comparison.before.values)
 
     def describe(self) -> str:
-        return self.comparison.describe()
+        where = ""
+        if self.cluster is not None:
+            inputs = [job for job in self.cluster if job != TRAINER_JOB]
+            where = (f" on a loopback cluster (a trainer and {sum(len(self.cluster[j]) for j in inputs)} "
+                     f"input task(s) of job {', '.join(inputs)})")
+        text = self.comparison.describe() + where
+        if not self.identical and any(p.mode == "sharded" for p in self.placement):
+            text += ("; sharded sources form batches per task, so values differ from the unoptimized graph by "
+                     "design (docs/scale-out.md): use input_mode='central' for identical values")
+        return text
 
 
 def default_fetches(meta_graph_def) -> list[str]:
@@ -54,7 +69,8 @@ def default_fetches(meta_graph_def) -> list[str]:
 
 def verify_rewrite(graph, steps: int = 10, *, fetches: Sequence[str] | None = None, targets=None, feeds=None,
                    config=None, result=None, after=None, progress: Callable[[str, int], None] | None = None,
-                   grappler: bool = False, **run_kwargs) -> RewriteCheck:
+                   grappler: bool = False, cluster: bool | None = None,
+                   start_seconds: float = START_SECONDS, **run_kwargs) -> RewriteCheck:
     """Optimizes `graph` (unless `result` is given) and compares `steps` steps of both graphs.
 
     after: the graph to run as "after" instead of the optimizer's (a test breaks one on purpose).
@@ -62,14 +78,16 @@ def verify_rewrite(graph, steps: int = 10, *, fetches: Sequence[str] | None = No
     grappler: run both sessions with TensorFlow's Grappler on. Off by default: Grappler rewrites the main
       side differently once preprocessing arrives through the take (it folds and fuses across what is now
       the boundary), which changes float results in the last bit; the check is about SmartStage's rewrite.
+    cluster: run both graphs on a loopback cluster (inspection/loopback.py: a trainer server and the input
+      job's tasks, subprocesses on 127.0.0.1, killed afterwards). None (default): when the after graph has a
+      stage placed on input tasks (optimized with input_job), whose devices an in-process session lacks.
+      start_seconds bounds the servers' start.
     """
     from smartstage.inspection.replay import compare_runs
     from smartstage.config.options import enable_smart_stage
     from smartstage.optimizer import optimize
 
     if steps < 1:
-        from smartstage.errors import ConfigError
-
         raise ConfigError(f"steps must be at least 1, got {steps}")
     loaded = load_graph(graph)
     source = loaded.meta_graph_def if loaded.meta_graph_def is not None else loaded.graph_def
@@ -100,8 +118,39 @@ def verify_rewrite(graph, steps: int = 10, *, fetches: Sequence[str] | None = No
         import tensorflow as tf
 
         run_kwargs["config"] = tf.compat.v1.ConfigProto()  # TensorFlow's defaults, Grappler on
-    comparison = compare_runs(source, after, names, steps, after_fetches=after_names, progress=report, **run_kwargs)
-    return RewriteCheck(comparison, tuple(names), tuple(after_names), result)
+    placement = stage_placements(after)
+    if cluster is None:
+        cluster = bool(placement)
+    if not cluster:
+        if placement:
+            raise ConfigError(f"stage {placement[0].stage!r} runs on the tasks of job {placement[0].job!r}, which an "
+                              "in-process session does not have; verify it on a loopback cluster (cluster=None)")
+        comparison = compare_runs(source, after, names, steps, after_fetches=after_names, progress=report,
+                                  **run_kwargs)
+        return RewriteCheck(comparison, tuple(names), tuple(after_names), result)
+    jobs = sorted({p.job for p in placement}) or ["input"]
+    if len(jobs) > 1:
+        raise ConfigError(f"the stages run on the tasks of {len(jobs)} jobs ({', '.join(jobs)}); the loopback "
+                          "cluster has one input job: optimize with one input_job to verify")
+    tasks = max((len(p.tasks) for p in placement), default=1)
+    from smartstage.inspection.replay import as_written_config
+
+    config = as_written_config() if run_kwargs.get("config") is None else _copy(run_kwargs["config"])
+    config.isolate_session_state = True  # the two graphs share the servers, never their variables or queues
+    run_kwargs["config"] = config
+    with LoopbackCluster(jobs[0], tasks, start_seconds=start_seconds) as loopback:
+        comparison = compare_runs(source, after, names, steps, after_fetches=after_names, progress=report,
+                                  target=loopback.target, **run_kwargs)
+        spec = dict(loopback.spec)
+    return RewriteCheck(comparison, tuple(names), tuple(after_names), result, spec, placement)
+
+
+def _copy(config):
+    import tensorflow as tf
+
+    copied = tf.compat.v1.ConfigProto()
+    copied.CopyFrom(config)
+    return copied
 
 
 def _tensor(name: str) -> str:

@@ -1,34 +1,22 @@
 """A loopback cluster for the scale-out tests: a trainer and N input tasks, each in its own process.
 
-Ports are free loopback ports; every process exits by itself (input tasks after their lifetime, the
-trainer when done) and is killed by `LoopbackCluster.close()` otherwise. Every wait is bounded.
+Ports are free loopback ports; every process exits by itself (input tasks, started by the package's
+launcher smartstage/inspection/loopback.py, after their lifetime or when this process ends; the trainer when done) and is killed by `LoopbackCluster.close()` otherwise. Every wait is bounded.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from smartstage.inspection.loopback import free_ports, server_command  # the launcher `smartstage verify` uses
+
 REPO = Path(__file__).resolve().parents[2]
 TASK_LIFETIME_SECONDS = 150
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def _env() -> dict:
@@ -41,9 +29,9 @@ class LoopbackCluster:
     def __init__(self, tasks: int, lifetime: float = TASK_LIFETIME_SECONDS):
         ports = free_ports(tasks + 1)
         self.spec = {"trainer": [f"127.0.0.1:{ports[0]}"], "input": [f"127.0.0.1:{p}" for p in ports[1:]]}
-        self.inputs = [subprocess.Popen(
-            [sys.executable, "-m", "tests.cluster.input_task", "input", str(i), json.dumps(self.spec), str(lifetime)],
-            cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(tasks)]
+        # Each input task also ends when this process does (the launcher watches its parent).
+        self.inputs = [subprocess.Popen(server_command("input", i, self.spec, lifetime), cwd=REPO, env=_env(),
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(tasks)]
 
     def trainer(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "tests.cluster.trainer", json.dumps(self.spec), *args],

@@ -113,6 +113,8 @@ def html_report(diff: GraphDiff, result=None, *, title: str = "SmartStage report
         parts.append(f"<div class=\"drawing\">{svg_drawing(diff, max_boxes, layout=layout, drawing=drawing)}</div>")
     for stage in diff.stages:
         parts.append(_stage_section(diff, stage, max_items))
+    if diff.placement:
+        parts.append(placement_section(diff.placement))
     parts.append(_other_changes(diff, max_items))
     if result is not None:
         parts.append(_passes(result))
@@ -154,6 +156,36 @@ def _summary(diff: GraphDiff) -> str:
         out.append("</tbody></table>")
     else:
         out.append("<p>Neither graph has a stage: nothing can have moved.</p>")
+    return "".join(out)
+
+
+def placement_section(placements) -> str:
+    """Scale-out: per stage, what stays on the trainer, what each input task runs, what crosses per batch."""
+    out = ["<h2 id=\"placement\">Placement on input tasks</h2>"]
+    for p in placements:
+        kind = "central source" if p.mode == "central" else "sharded sources"
+        out.append(f"<h3>Stage {escape(p.stage)}: {kind} on {len(p.tasks)} task(s) of job {escape(p.job)}</h3>")
+        out.append("<table class=\"placement\"><thead><tr><th>where</th><th>runs</th><th>nodes</th>"
+                   "<th>main op types</th><th>e.g.</th></tr></thead><tbody>")
+        trainer = escape(p.trainer or "trainer (the session's task)")
+        out.append(f"<tr data-name=\"{escape(' '.join(p.head + p.stage_ops))}\"><td>{trainer}</td>"
+                   f"<td>{'head (once per batch, in order); ' if p.head else ''}buffer, put, take</td>"
+                   f"<td class=\"num\">{len(p.head) + len(p.stage_ops)}</td><td></td>"
+                   f"<td><code>{escape(', '.join((p.head + p.stage_ops)[:6]))}</code></td></tr>")
+        for i, t in enumerate(p.tasks):
+            runs = (f"lanes {', '.join(str(k) for k in t.lanes)}" if p.mode == "central"
+                    else f"shard {i} of {len(p.tasks)}")
+            ops = ", ".join(f"{escape(op)} &times;{n}" for op, n in t.ops)
+            out.append(f"<tr data-name=\"{escape(' '.join(t.examples))}\"><td>{escape(t.task)}</td><td>{runs}</td>"
+                       f"<td class=\"num\">{t.nodes}</td><td>{ops}</td>"
+                       f"<td><code>{escape(', '.join(t.examples))}</code></td></tr>")
+        out.append("</tbody></table>")
+        for title, tensors in (("trainer &rarr; tasks", p.to_tasks), ("tasks &rarr; trainer", p.from_tasks)):
+            total = p.bytes_of(tensors)
+            size = "" if not tensors else f", {total} bytes" if total is not None else ", bytes unknown"
+            shown = ", ".join(f"<code>{escape(t.name)}</code> {escape(t.dtype)}{escape(t.shape or '[?]')}"
+                              for t in tensors) or "nothing"
+            out.append(f"<p>Per batch {title}: {len(tensors)} tensor(s){size}: {shown}</p>")
     return "".join(out)
 
 

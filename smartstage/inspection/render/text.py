@@ -15,6 +15,7 @@ Empty sections are left out; each list shows at most `limit` entries (None: all)
 from __future__ import annotations
 
 from smartstage.inspection.diff import GraphDiff, StageDiff
+from smartstage.inspection.placement import placement_lines
 
 
 def text_report(diff: GraphDiff, limit: int | None = 40, pinned_limit: int | None = -1) -> str:
@@ -33,6 +34,10 @@ def text_report(diff: GraphDiff, limit: int | None = 40, pinned_limit: int | Non
     for stage in diff.stages:
         lines.append("")
         lines.extend(_stage_lines(diff, stage, limit, limit if pinned_limit == -1 else pinned_limit))
+    if diff.placement:  # scale-out: which input task runs what (docs/scale-out.md)
+        lines.append("")
+        lines.append(f"placement on input tasks ({len(diff.placement)} stage(s)):")
+        lines.extend("  " + line for line in placement_lines(diff.placement))
     sections = [
         ("added", [f"{n.name} ({n.op})" + (f" on {n.device}" if n.device else "") for n in diff.added]),
         ("removed", [f"{n.name} ({n.op})" for n in diff.removed]),
