@@ -24,7 +24,7 @@ from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.metadata import stage_defs
 from smartstage.runtime.reinit import ReinitWatch
 from smartstage.runtime.runner import PrefetchThreads, start_prefetch_threads
-from smartstage.runtime.lanes import prepare_lanes
+from smartstage.runtime.remote import prepare_all_lanes
 
 logger = logging.getLogger(__name__)
 
@@ -56,10 +56,10 @@ class PrefetchHook(tf.compat.v1.train.SessionRunHook):
 
     def begin(self) -> None:
         # MonitoredTrainingSession finalizes the graph right after begin(): the ordered lanes of stages
-        # with several threads are built now, from the puts as they are.
+        # with several threads, and those of stages placed on input tasks, are built now, from the puts as they are.
         graph = tf.compat.v1.get_default_graph()
         names = None if self._stages is None else {s.name if isinstance(s, StageDef) else s for s in self._stages}
-        prepare_lanes(graph, [d for d in stage_defs(graph) if names is None or d.name in names])
+        prepare_all_lanes(graph, [d for d in stage_defs(graph) if names is None or d.name in names])
 
     def after_create_session(self, session, coord) -> None:
         self._stop_threads()

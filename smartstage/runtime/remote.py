@@ -25,7 +25,8 @@ from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.ops import gen_data_flow_ops
 
 from smartstage.errors import StageRuntimeError
-from smartstage.runtime.lanes import REMOTE_LANES_SCOPE, Lane, LaneGraph, PrefetchSplit, _batch_bytes, build_lane
+from smartstage.runtime.lanes import (REMOTE_LANES_SCOPE, Lane, LaneGraph, PrefetchSplit, _batch_bytes, build_lane,
+                                      prepare_lanes)
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +142,25 @@ def remote_lane_graph(graph: tf.Graph, plan: RemotePlan, put: tf.Operation, buff
     return LaneGraph(split, tuple(lanes), targets, batch_bytes, put_occupancy, tuple(t.name for t in components))
 
 
+def prepare_all_lanes(graph: tf.Graph, stages) -> None:
+    """The lanes of every stage, built while the graph can still grow: on the input tasks for a stage placed
+    there (its marker), on the trainer otherwise (lanes.prepare_lanes). The prefetch hook's begin() and
+    ss.Session call it, before MonitoredTrainingSession finalizes the graph or a run races the build.
+
+        before:  stage/input_tasks (the plan), graph about to be finalized
+        after:   stage/remote_lanes/lane_<i>/...  (StageThreads finds them: remote_lane_graph reuses them)
+    """
+    local = []
+    for stage_def in stages:
+        plan = None if stage_def.unordered else remote_plan(graph, stage_def.name)
+        if plan is None:
+            local.append(stage_def)
+        elif not graph.finalized:
+            put = graph.get_operation_by_name(stage_def.put_node)
+            remote_lane_graph(graph, plan, put, put.inputs[0])
+    prepare_lanes(graph, local)
+
+
 def _is_head(op: tf.Operation, plan: RemotePlan) -> bool:
     """A control input of the put that the trainer runs: the pass placed every body node on task 0."""
     return plan.mode == "central" and op.device != plan.tasks[0]
@@ -193,4 +213,4 @@ def named_task_error(error: BaseException, plan: RemotePlan, lane: int | None) -
     return named_error
 
 
-__all__ = ["InputTaskError", "RemotePlan", "named_task_error", "remote_lane_graph", "remote_plan"]
+__all__ = ["InputTaskError", "RemotePlan", "named_task_error", "prepare_all_lanes", "remote_lane_graph", "remote_plan"]

@@ -16,7 +16,8 @@ partition's edits (the same edits as smartstage.rewrite.rebuild_boundary) on the
   its own (`retired_buffer`), so an exported copy shows no second stage.
 - Moved ops read the put's old inputs (Operation._update_input); main-side consumers read the new
   take; control edges that cross the cut are re-routed through the new put and take.
-- Device changes of later passes (gpu placement) are copied onto the live ops.
+- Device changes of later passes (gpu placement, input tasks) are copied onto the live ops; what the
+  input-tasks pass added (per-task copies, shards, the marker) is replayed by session/live_input_tasks.py.
 - Nothing is removed or renamed: variables, savers and checkpoints are untouched.
 
 The rewrite happens once per graph (`live_rewrite_of(graph)` returns the record) and only before any
@@ -38,6 +39,7 @@ from smartstage.errors import GraphError, TargetError
 from smartstage.graph.stages import FIFO
 from smartstage.runtime.lanes import LANE_SCOPES
 from smartstage.runtime.metadata import STAGES_COLLECTION, StageRecord, stage_defs
+from smartstage.session.live_input_tasks import apply_input_tasks
 from smartstage.session.record import LiveRewrite, LiveStage, _dedupe, _set_control_inputs, rewrite_once
 
 logger = logging.getLogger(__name__)
@@ -117,6 +119,7 @@ def _apply(graph: tf.Graph, result) -> LiveRewrite:
             continue
         stages.append(_rebuild_stage(graph, partition, record))
     _copy_devices(graph, result)
+    notes.extend(apply_input_tasks(graph, result))  # scale-out: per-task copies, shards, the marker
     record.stages = tuple(stages)
     record.notes = tuple(notes)
     record.last_id = graph.version

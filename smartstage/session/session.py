@@ -42,7 +42,7 @@ from smartstage.session.live_rewrite import adopt_late_ops, rewrite_live_graph
 from smartstage.runtime import PrefetchThreads, stage_defs, start_prefetch_threads
 from smartstage.runtime.reinit import ReinitWatch, fetch_ops
 from smartstage.runtime.runner import STOP_JOIN_SECONDS
-from smartstage.runtime.lanes import prepare_lanes
+from smartstage.runtime.remote import prepare_all_lanes
 
 logger = logging.getLogger(__name__)
 
@@ -118,12 +118,12 @@ class Session(tf.compat.v1.Session):
         super().__init__(target, graph=graph, config=to_session_config(config))
 
     def _build_lanes(self, graph: tf.Graph) -> None:
-        """Builds the stages' ordered lanes (runtime/lanes.py) before any run: they read the put's inputs on
-        purpose, and built later (a queue runner's run racing the first step) adopt_late_ops would rewire
-        them to the take."""
+        """Builds the stages' ordered lanes (runtime/lanes.py; on input tasks: runtime/remote.py) before any run:
+        they read the put's inputs on purpose, and built later (a queue runner's run racing the first step)
+        adopt_late_ops would rewire them to the take."""
         record = self._smartstage
         version = graph.version
-        prepare_lanes(graph, stage_defs(graph))
+        prepare_all_lanes(graph, stage_defs(graph))
         if record is not None and record.last_id >= version:
             record.last_id = graph.version
             record.last_op_id = max(graph._nodes_by_id, default=0)  # noqa: SLF001
