@@ -10,8 +10,8 @@ once the buffer neither fills nor drains). What is decided (Tuner), as tf.data's
 start with one lane; while the buffer runs empty (the step waits for input), try one lane more and
 keep it when steps/s rose by more than the noise margin, else go back and settle; capacity grows while
 the buffer still runs dry at the chosen lane count, never above what `max_buffered_bytes` allows.
-After settling it keeps watching: a throughput change beyond the margin for three windows in a row
-re-opens the search. Every
+After settling it keeps watching: three windows in a row with the buffer running empty at a pace
+beyond the margin re-open the search (a full buffer at a new pace is the step's pace: nothing to tune). Every
 change happens between two batches (no step waits for it). The settled choice is logged once and
 kept in `TuningDecision`; `PipelineStats` is the live view (for hooks, TensorBoard).
 """
@@ -119,6 +119,11 @@ class StageMeter:
                 self.window.occupancy += occupancy
                 self.window.empty += occupancy <= 1
 
+    def seconds_per_batch(self) -> float:
+        """The pace of the last window (0.0 before one closed): about one training step when the buffer is full."""
+        rate = self.last_rate
+        return 1.0 / rate if rate > 0 else 0.0
+
     def bytes_seen(self, value: int) -> None:
         self.batch_bytes = max(self.batch_bytes, int(value))
 
@@ -175,6 +180,7 @@ class Tuner:
         self.reason = "explicit settings" if self.settled else "measuring"
         self._skip_next = True  # the first window after a change still holds the old setting's batches
         self._moved_windows = 0  # consecutive settled windows off the settled throughput
+        self._trimming: tuple[int, int, float] | None = None  # (lanes, capacity, rate) before a trial with one lane less
 
     def capacity_limit(self, batch_bytes: int) -> int:
         """The most batches the byte cap allows (at least 1)."""
@@ -210,6 +216,8 @@ class Tuner:
         self.tried.append((self.threads, self.capacity, round(rate, 2)))
         if self.settled:
             return self._watch(rate, empty)
+        if self._trimming is not None:
+            return self._trimmed(rate, empty)
         best = self._best
         if best is None or rate > best[2] * (1 + GAIN_MARGIN):
             self._best = (self.threads, self.capacity, rate)
@@ -223,9 +231,9 @@ class Tuner:
                 return self._change(self.threads + 1, room, "the buffer ran empty: one lane more")
             if empty >= EMPTY_FRACTION and self.tune_capacity and self.capacity * 2 <= limit:
                 return self._change(self.threads, self.capacity * 2, "the buffer ran empty: capacity doubled")
-            why = ("the buffer stays filled: the step, not the input, sets the pace" if empty < EMPTY_FRACTION
-                   else "no more lanes or capacity to try")
-            return self._settle(rate, why)
+            if empty < EMPTY_FRACTION:
+                return self._trim_or_settle(rate)
+            return self._settle(rate, "no more lanes or capacity to try")
         # The last change did not pay: go back to the best setting and settle there.
         lanes, capacity, best_rate = best
         why = (f"{self.threads} lanes / capacity {self.capacity} ran {rate:.1f} batches/s, "
@@ -234,6 +242,24 @@ class Tuner:
         self.threads, self.capacity = lanes, capacity
         self._settle(best_rate, why)  # logs the setting it went back to
         return changed
+
+    def _trim_or_settle(self, rate: float) -> bool:
+        """The buffer stays filled: the fewest lanes that keep it so win (a lane costs CPU the step could use;
+        a lane kept on a warm-up window's low rate would otherwise stay for good)."""
+        if self.tune_threads and self.threads > 1:
+            self._trimming = (self.threads, self.capacity, rate)
+            return self._change(self.threads - 1, self.capacity, "the buffer stays filled: trying one lane less")
+        return self._settle(rate, "the buffer stays filled: the step, not the input, sets the pace")
+
+    def _trimmed(self, rate: float, empty: float) -> bool:
+        lanes, capacity, before = self._trimming
+        self._trimming = None
+        if empty < EMPTY_FRACTION:  # one lane less still keeps the buffer filled: keep it, try another
+            self._best = (self.threads, self.capacity, rate)
+            return self._trim_or_settle(rate)
+        self.threads, self.capacity = lanes, capacity
+        self._settle(before, f"{lanes - 1} lanes let the buffer run empty, {lanes} keep it filled")
+        return True
 
     def _change(self, threads: int, capacity: int, why: str) -> bool:
         self.threads, self.capacity, self.reason, self._skip_next = threads, capacity, why, True
@@ -246,14 +272,22 @@ class Tuner:
         return False
 
     def _watch(self, rate: float, empty: float) -> bool:
+        """After settling: re-opens the search when the input became the bound at a new pace.
+
+        Only a window in which the buffer ran empty counts: with batches waiting, the rate is the step's
+        (a slower model step, an evaluation, a checkpoint, a pause between loops), and more or fewer
+        lanes would not change it. Re-opening on those windows made the tuner wander off a good
+        setting after every pause.
+        """
         base = self._settled_rate or rate
-        if abs(rate - base) <= base * RETUNE_MARGIN:
+        if empty < EMPTY_FRACTION or abs(rate - base) <= base * RETUNE_MARGIN:
             self._moved_windows = 0
             return False
         self._moved_windows += 1
         if self._moved_windows < RETUNE_WINDOWS:  # one odd window on a busy machine is noise
             return False
         self._moved_windows = 0
-        logger.info("stage %s: throughput moved from %.1f to %.1f batches/s; tuning again", self.stage, base, rate)
-        self.settled, self._best, self.reason = False, None, "throughput changed; measuring again"
+        logger.info("stage %s: the input is the bound at %.1f batches/s (was %.1f); tuning again",
+                    self.stage, rate, base)
+        self.settled, self._best, self.reason = False, None, "the input became the bound; measuring again"
         return self._change(1 if self.tune_threads else self.threads, self.capacity, self.reason)

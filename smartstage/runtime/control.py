@@ -35,18 +35,27 @@ def quiet_run(sess, fetch, what: str, timeout_millis: int = CONTROL_RUN_MILLIS) 
         return False
 
 
-SOFT_CAP_POLL_SECONDS = 0.001  # how often a full (soft-capped) buffer is looked at
+SOFT_CAP_POLL_SECONDS = 0.0005  # the shortest look-again interval at a full (soft-capped) buffer ...
+SOFT_CAP_MAX_SLEEP = 0.02       # ... and the longest
 
 
-def wait_below(sess, size, capacity, halted) -> int | None:
+def wait_below(sess, size, capacity, halted, batch_seconds=lambda: 0.0) -> int | None:
     """Waits until the buffer's `size` op reads fewer batches than `capacity()` (a soft cap: the queue
-    itself is unbounded, so the threads keep under it); the size seen, or None when halted or failing."""
+    itself is bounded higher, so the threads keep under it); the size seen, or None when halted or failing.
+
+    The step takes one batch per `batch_seconds()` (the measured pace; 0 while unknown), so a buffer
+    `n` batches over the cap has room in about n steps: it looks again after half that time (within
+    SOFT_CAP_POLL_SECONDS..SOFT_CAP_MAX_SLEEP). A fixed 1 ms poll cost a session run per millisecond
+    on the cores the step needs.
+    """
     while not halted():
         try:
             occupancy = int(sess.run(size))
         except (tf.errors.OpError, RuntimeError):
             return None
-        if occupancy < capacity():
+        cap = capacity()
+        if occupancy < cap:
             return occupancy
-        time.sleep(SOFT_CAP_POLL_SECONDS)
+        pause = 0.5 * (occupancy - cap + 1) * batch_seconds()
+        time.sleep(min(max(pause, SOFT_CAP_POLL_SECONDS), SOFT_CAP_MAX_SLEEP))
     return None

@@ -21,6 +21,7 @@ the stage runs one ordered thread.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from tensorflow.python.ops import gen_data_flow_ops
 from smartstage.graph.op_types import HANDLE_OPS, ORDER_FREE_STATEFUL_OPS
 from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.autotune import AUTOTUNE
+from smartstage.runtime.handoff import body_to_copy, build_hand_off
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +135,10 @@ class Lane:
     occupancy: tf.Tensor     # the stage buffer's size right after this lane's move
     size: tf.Tensor          # batches waiting in this lane's queue
     discard: tf.Operation    # dequeues one batch and drops it (re-initialisation)
+    hand_in: tf.Operation | None = None        # the head's enqueue into this lane (runtime/handoff.py) ...
+    input_size: tf.Tensor | None = None        # ... the batches waiting for the body ...
+    input_discard: tf.Operation | None = None  # ... and the drop of one (None: the head's values are fed)
+    batch_bytes: tf.Tensor | None = None       # bytes of the batch this lane's copy computes
 
 
 @dataclass(frozen=True)
@@ -166,30 +172,46 @@ def _existing(graph: tf.Graph, scope: str, put: tf.Operation, count: int) -> Lan
     except KeyError:
         return None
     inputs = tuple(t.name for t in put.inputs[1:])
-    if tuple(t.name for t in marker.inputs[1:]) != inputs:
+    split = split_prefetch_side(put)
+    try:  # a lane with its own body copy: built for the same head values
+        built_for = tuple(t.name for t in graph.get_operation_by_name(f"{scope}/lane_0/hand_in").inputs[1:])
+        expected = tuple(t.name for t in split.cut)
+    except KeyError:
+        built_for, expected = tuple(t.name for t in marker.inputs[1:]), inputs
+    if built_for != expected:
         return None
     lanes = []
     for index in range(count):
         prefix = f"{scope}/lane_{index}"
         try:
-            lanes.append(Lane(
+            lane = Lane(
                 graph.get_operation_by_name(f"{prefix}/enqueue"), graph.get_operation_by_name(f"{prefix}/move"),
                 graph.get_tensor_by_name(f"{prefix}/occupancy:0"), graph.get_tensor_by_name(f"{prefix}/size:0"),
-                graph.get_operation_by_name(f"{prefix}/discard")))
+                graph.get_operation_by_name(f"{prefix}/discard"))
         except KeyError:
             break
-    split = split_prefetch_side(put)
+        try:
+            lane = dataclasses.replace(
+                lane, hand_in=graph.get_operation_by_name(f"{prefix}/hand_in"),
+                input_size=graph.get_tensor_by_name(f"{prefix}/input_size:0"),
+                input_discard=graph.get_operation_by_name(f"{prefix}/input_discard"),
+                batch_bytes=graph.get_tensor_by_name(f"{prefix}/batch_bytes:0"))
+        except KeyError:
+            pass
+        lanes.append(lane)
     targets = graph.get_operation_by_name(f"{scope}/head_targets") if split.head_targets else None
     return LaneGraph(split, tuple(lanes), targets, graph.get_tensor_by_name(f"{scope}/batch_bytes:0"),
                      graph.get_tensor_by_name(f"{scope}/put_occupancy:0"), inputs)
 
 
-def build_lane(index: int, buffer: tf.Tensor, values: list[tf.Tensor], waits: list[tf.Operation]) -> Lane:
-    """Lane `index`'s ops under `lane_<index>/` of the current name scope: a one-batch FIFO the body's run
-    fills with `values` (after `waits`), and the merger's move from it into the stage's `buffer`."""
+def build_lane(index: int, buffer: tf.Tensor, values: list[tf.Tensor], waits: list[tf.Operation],
+               scope: str | None = None) -> Lane:
+    """Lane `index`'s ops under `lane_<index>/` of the current name scope (or the absolute `scope`): a
+    one-batch FIFO the body's run fills with `values` (after `waits`), and the merger's move from it into
+    the stage's `buffer`."""
     dtypes = [t.dtype.base_dtype for t in values]
     shapes = [t.shape for t in values]
-    with tf.compat.v1.name_scope(f"lane_{index}"):
+    with tf.compat.v1.name_scope(scope or f"lane_{index}"):
         queue = gen_data_flow_ops.fifo_queue_v2(
             component_types=dtypes, shapes=shapes if all(s.is_fully_defined() for s in shapes) else [],
             capacity=1, name="queue")
@@ -204,6 +226,22 @@ def build_lane(index: int, buffer: tf.Tensor, values: list[tf.Tensor], waits: li
         discard = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="discard")
         discard = (discard[0] if isinstance(discard, (list, tuple)) else discard).op
     return Lane(enqueue, move, occupancy, size, discard)
+
+
+def _lane(index: int, put: tf.Operation, split: PrefetchSplit, buffer: tf.Tensor, components: list[tf.Tensor],
+          waits: list[tf.Operation]) -> Lane:
+    """Lane `index`, with its own copy of the body fed by the head inside TensorFlow when the head hands
+    anything over (runtime/handoff.py); otherwise the body's run reads the originals."""
+    if not split.cut:
+        return build_lane(index, buffer, components, waits)
+    with tf.compat.v1.name_scope(f"lane_{index}") as scope:
+        hand = build_hand_off(put, body_to_copy(put, split.head_ops, split.cut), split.cut, waits)
+        with tf.compat.v1.name_scope("bytes"):  # tf.size's "Size" would take the lane's "size" (names ignore case)
+            total = _batch_bytes(hand.values)
+        batch_bytes = tf.identity(total, name="batch_bytes")
+    lane = build_lane(index, buffer, hand.values, hand.waits, scope)
+    return dataclasses.replace(lane, hand_in=hand.hand_in, input_size=hand.size, input_discard=hand.discard,
+                               batch_bytes=batch_bytes)
 
 
 def lane_graph(graph: tf.Graph, stage_name: str, put: tf.Operation, buffer: tf.Tensor,
@@ -227,7 +265,7 @@ def lane_graph(graph: tf.Graph, stage_name: str, put: tf.Operation, buffer: tf.T
         scope = graph.unique_name(base, mark_as_used=False)
         with tf.compat.v1.name_scope(scope + "/"), tf.device(put.device):
             waits = [c for c in put.control_inputs if c.name not in split.head_ops]
-            lanes = [build_lane(index, buffer, components, waits) for index in range(count)]
+            lanes = [_lane(index, put, split, buffer, components, waits) for index in range(count)]
             targets = tf.group(*split.head_targets, name="head_targets") if split.head_targets else None
             batch_bytes = tf.identity(_batch_bytes(components), name="batch_bytes")
             with tf.control_dependencies([put]):
@@ -243,6 +281,9 @@ def discard_leftovers(control_run, lanes) -> None:
     for lane in lanes:
         for _ in range(int(control_run(lane.size))):
             control_run(lane.discard)
+        if lane.input_size is not None:
+            for _ in range(int(control_run(lane.input_size))):
+                control_run(lane.input_discard)
 
 
 def autotune_max_lanes() -> int:

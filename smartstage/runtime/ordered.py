@@ -125,7 +125,7 @@ class OrderedProducer:
                 if direct:
                     self._direct(ticket)
                     continue
-                head = self._run_head(ticket)
+                head = self._run_head(index, ticket)
             if head is not None:
                 self._run_body(index, ticket, *head)
         logger.debug("prefetch worker %d of stage %s stopped", index, self.stage.name)
@@ -177,14 +177,17 @@ class OrderedProducer:
         else:
             self._record(ticket, outcome)
 
-    def _run_head(self, ticket: int):
+    def _run_head(self, index: int, ticket: int):
         split = self.lanes.split
+        hand_in = self.lanes.lanes[index].hand_in  # the values stay in TensorFlow (runtime/handoff.py)
         started = time.monotonic()
         try:
             feed = self.stage.feed_dict()
             values = []
             targets = [self.lanes.head_targets] if self.lanes.head_targets is not None else []
-            if split.cut or targets:
+            if hand_in is not None:
+                self.sess.run([hand_in, targets], feed_dict=feed, options=self.stage.run_options)
+            elif split.cut or targets:
                 values = self.sess.run([list(split.cut), targets], feed_dict=feed,
                                        options=self.stage.run_options)[0]
         except Exception as error:  # noqa: BLE001
@@ -195,14 +198,15 @@ class OrderedProducer:
     def _run_body(self, index: int, ticket: int, values, feed: dict, head_seconds: float) -> None:
         lane = self.lanes.lanes[index]
         feed = dict(feed)
-        feed.update(zip(self.lanes.split.cut, values))
+        if lane.hand_in is None:
+            feed.update(zip(self.lanes.split.cut, values))
         fetches = [lane.enqueue]
         measure_bytes = ticket < 4 or ticket % 16 == 0
-        if measure_bytes:
-            fetches.append(self.lanes.batch_bytes)
+        if measure_bytes:  # a lane's own copy of the body: the original's bytes would run the head again
+            fetches.append(lane.batch_bytes if lane.batch_bytes is not None else self.lanes.batch_bytes)
         started = time.monotonic()
         try:
-            result = self.sess.run(fetches, feed_dict=feed, options=self.stage.body_run_options)
+            result = self.sess.run(fetches, feed_dict=feed or None, options=self.stage.body_run_options)
         except Exception as error:  # noqa: BLE001
             self._record_error(ticket, self.stage.lane_error(error, index))
             return
@@ -224,7 +228,8 @@ class OrderedProducer:
         cap = self.soft_capacity
         if cap is None or self._occupancy < cap:
             return
-        seen = wait_below(self.sess, self.stage.size, lambda: self.soft_capacity or cap, self.halted)
+        seen = wait_below(self.sess, self.stage.size, lambda: self.soft_capacity or cap, self.halted,
+                          self.meter.seconds_per_batch)
         if seen is not None:
             self._occupancy = seen
 

@@ -362,7 +362,7 @@ class StageThreads:
     def _wait_for_room(self) -> None:
         """Unordered threads with a tuned capacity: the queue is unbounded, so they keep under the soft cap."""
         if self.stage_def.capacity == AUTOTUNE and self.size is not None:
-            wait_below(self.sess, self.size, lambda: self.tuner.capacity, self.halted)
+            wait_below(self.sess, self.size, lambda: self.tuner.capacity, self.halted, self.meter.seconds_per_batch)
 
     def _run_put(self, put_state: _PutState) -> None:
         self._wait_for_room()

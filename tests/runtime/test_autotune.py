@@ -120,6 +120,40 @@ def test_the_tuner_reopens_when_throughput_moves():
     assert not tuner.settled and tuner.threads == 1
 
 
+def test_the_tuner_keeps_the_fewest_lanes_that_keep_the_buffer_filled():
+    tuner = Tuner("s", 1, 2, tune_threads=True, tune_capacity=False, max_lanes=4, max_buffered_bytes=10**9)
+    tuner.observe(_window(30, 30), 40.0, 100)                   # start-up window
+    assert tuner.observe(_window(30, 30), 40.0, 100) and tuner.threads == 2   # warm-up: empty, one lane more
+    tuner.observe(_window(30, 0), 90.0, 100)
+    assert tuner.observe(_window(30, 0), 90.0, 100) and tuner.threads == 1    # filled: try one lane less
+    tuner.observe(_window(30, 0), 90.0, 100)
+    assert not tuner.observe(_window(30, 0), 90.0, 100)         # one lane keeps it filled: settle there
+    assert tuner.settled and tuner.threads == 1
+
+
+def test_the_tuner_goes_back_when_one_lane_less_runs_empty():
+    tuner = Tuner("s", 1, 2, tune_threads=True, tune_capacity=False, max_lanes=4, max_buffered_bytes=10**9)
+    tuner.observe(_window(30, 30), 40.0, 100)
+    assert tuner.observe(_window(30, 30), 40.0, 100) and tuner.threads == 2
+    tuner.observe(_window(30, 0), 90.0, 100)
+    assert tuner.observe(_window(30, 0), 90.0, 100) and tuner.threads == 1
+    tuner.observe(_window(30, 30), 45.0, 100)
+    assert tuner.observe(_window(30, 30), 45.0, 100)            # one lane runs empty: back to two
+    assert tuner.settled and tuner.threads == 2 and "1 lanes let the buffer run empty" in tuner.reason
+
+
+def test_a_full_buffer_at_a_new_pace_does_not_reopen_the_search():
+    """Pauses of the step (evaluation, checkpoints) and a slower step change the rate, not the input."""
+    tuner = Tuner("s", 1, 2, tune_threads=True, tune_capacity=False, max_lanes=4, max_buffered_bytes=10**9)
+    tuner.observe(_window(30, 0), 50.0, 100)
+    tuner.observe(_window(30, 0), 50.0, 100)
+    tuner.observe(_window(30, 0), 50.0, 100)
+    assert tuner.settled
+    for rate in (5.0, 5.0, 5.0, 200.0, 200.0, 200.0):              # full buffer: the step's pace
+        assert not tuner.observe(_window(30, 0), rate, 100)
+    assert tuner.settled and tuner.threads == 1
+
+
 def test_byte_cap_arithmetic():
     tuner = Tuner("s", 1, 8, tune_threads=False, tune_capacity=True, max_lanes=1, max_buffered_bytes=10_000)
     assert tuner.capacity_limit(4000) == 2 and tuner.capacity_limit(20_000) == 1

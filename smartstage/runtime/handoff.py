@@ -1,0 +1,110 @@
+"""The head hands a batch to its lane inside TensorFlow: no round trip of the values through Python.
+
+    before:  head run fetches GetNext:0 (512 strings) to Python; lane i's body run feeds them back in
+    after:   head run enqueues GetNext:0 into lane i's input queue; lane i's copy of the body dequeues it
+
+A lane needs its own copy of the body for that (a fed tensor can be replaced by a value, not by
+another tensor): the ops of the prefetch side outside the head that depend on the head's values are
+imported once per lane under `lane_<i>/body/`, reading the lane's input queue where the original
+reads the head, and the original tensors everywhere else (a table's handle, a constant, a stateless
+op that does not depend on the batch). Every copy computes exactly what the original computes from
+the same values, and a batch runs exactly one copy once, so no op runs more or fewer times per batch
+than without lanes. Stateful ops are all in the head (runtime/lanes.split_prefetch_side): nothing
+stateful is copied.
+
+The copies cost graph size (the body's nodes once per lane), built when the prefetch threads start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+from tensorflow.python.ops import gen_data_flow_ops
+
+
+@dataclass(frozen=True)
+class HandOff:
+    """Lane i's input: the head's enqueue of the cut, and the lane's copies of the put's inputs."""
+
+    hand_in: tf.Operation             # head run: cut -> lane input queue
+    values: list[tf.Tensor]           # the put's inputs as the lane computes them
+    waits: list[tf.Operation]         # the put's control inputs, copied where the body has them
+    size: tf.Tensor                   # batches waiting in the input queue
+    discard: tf.Operation             # drops one (re-initialisation)
+
+
+def body_to_copy(put: tf.Operation, head_ops: frozenset[str], cut: tuple[tf.Tensor, ...]) -> list[tf.Operation]:
+    """The ops between the head's values and the put: what each lane copies (topological order).
+
+        before:  GetNext -> decode -> hash -> put,  Const -> hash
+        after:   [decode, hash]      (GetNext is the head; the Const does not depend on the batch)
+    """
+    cut_ops = {t.op for t in cut}
+    side: set[tf.Operation] = set()
+    todo = [put]
+    while todo:  # the prefetch side below the head
+        op = todo.pop()
+        for source in [t.op for t in op.inputs] + list(op.control_inputs):
+            if source not in side and source.name not in head_ops:
+                side.add(source)
+                todo.append(source)
+    depends: set[tf.Operation] = set()
+    grew = True
+    while grew:  # fixpoint: an op depends on the batch when any of its inputs does
+        grew = False
+        for op in sorted(side - depends, key=lambda o: o._id):  # creation order: mostly one pass
+            if any(t.op in cut_ops or t.op in depends for t in op.inputs) or any(
+                    c in depends for c in op.control_inputs):
+                depends.add(op)
+                grew = True
+    return sorted(depends, key=lambda o: o._id)
+
+
+def _copy(ops: list[tf.Operation], input_map: dict) -> dict[tf.Operation, tf.Operation]:
+    """Imports `ops` once under `body/` of the current name scope; original op -> copy."""
+    graph_def = graph_pb2.GraphDef()
+    for op in ops:
+        node = graph_def.node.add()
+        node.CopyFrom(op.node_def)
+        node.attr.pop("_class", None)  # colocation names the originals' ops; the device is kept as is
+    copies = tf.graph_util.import_graph_def(graph_def, input_map=input_map,
+                                            return_elements=[op.name for op in ops], name="body")
+    return dict(zip(ops, copies))
+
+
+def build_hand_off(put: tf.Operation, ops: list[tf.Operation], cut: tuple[tf.Tensor, ...],
+                   waits: list[tf.Operation]) -> HandOff:
+    """A lane's input queue, the head's enqueue into it, and the lane's copy of `ops` (under `body/`),
+    built in the current name scope (the lane's)."""
+    dtypes = [t.dtype.base_dtype for t in cut]
+    shapes = [t.shape for t in cut]
+    copied = set(ops)
+    queue = gen_data_flow_ops.fifo_queue_v2(
+        component_types=dtypes, shapes=shapes if all(s.is_fully_defined() for s in shapes) else [],
+        capacity=1, name="input")
+    hand_in = gen_data_flow_ops.queue_enqueue_v2(queue, list(cut), name="hand_in")
+    taken = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="take_input")
+    taken = list(taken) if isinstance(taken, (list, tuple)) else [taken]
+    for tensor, value in zip(cut, taken):
+        value.set_shape(tensor.shape)
+    size = gen_data_flow_ops.queue_size_v2(queue, name="input_size")
+    discard = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="input_discard")
+    discard = (discard[0] if isinstance(discard, (list, tuple)) else discard).op
+    cut_map = dict(zip((t.name for t in cut), taken))
+    input_map: dict = {}  # every key must be read by a copied op (import_graph_def refuses unused ones)
+    for op in ops:
+        for tensor in op.inputs:
+            if tensor.op not in copied:
+                input_map.setdefault(tensor.name, cut_map.get(tensor.name, tensor))
+        for control in op.control_inputs:
+            if control not in copied:
+                input_map.setdefault("^" + control.name, control)
+    copies = _copy(ops, input_map) if ops else {}
+    values = [copies[t.op].outputs[t.value_index] if t.op in copies else cut_map.get(t.name, t)
+              for t in put.inputs[1:]]
+    return HandOff(hand_in, values, [copies.get(w, w) for w in waits], size, discard)
+
+
+__all__ = ["HandOff", "body_to_copy", "build_hand_off"]

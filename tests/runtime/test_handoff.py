@@ -1,0 +1,73 @@
+"""The head hands its values to a lane inside TensorFlow (runtime/handoff.py).
+
+    range -> GetNext -> parse: x*2 --> hash: lookup(table, parse) + offset --> put
+    Const offset ----------------------^        table (handle, read-only) --^
+
+Each lane copies exactly the ops that depend on the batch (parse, hash), reads the originals for the
+rest (the table's handle, the Const), and its copy reads the lane's input queue, which the head run
+fills: the head's values never pass through Python, and every batch still gives the unstaged values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+import smartstage.runtime as ss
+from smartstage.runtime.handoff import body_to_copy
+from smartstage.runtime.lanes import lane_graph, split_prefetch_side
+from smartstage.runtime.metadata import stage_defs
+from tests.runtime.helpers import drain, range_input
+
+
+def _side(n: int = 12):
+    x = range_input(n)
+    parse = tf.identity(x * 2, name="parse")
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(tf.range(0, 2 * n, dtype=tf.int64), tf.range(0, 2 * n, dtype=tf.int64) * 10),
+        default_value=-1, name="table")
+    offset = tf.constant(7, tf.int64, name="offset")
+    hashed = tf.add(table.lookup(parse), offset, name="hash")
+    return x, parse, hashed, table
+
+
+def test_each_lane_copies_what_depends_on_the_batch_and_nothing_else(graph):
+    x, parse, hashed, _ = _side()
+    y = ss.staged([hashed, x], num_threads=2, capacity=2)
+    put = graph.get_operation_by_name(next(iter(stage_defs(graph))).put_node)
+    split = split_prefetch_side(put)
+    copied = sorted(op.type for op in body_to_copy(put, split.head_ops, split.cut))
+    assert copied == ["AddV2", "Identity", "LookupTableFindV2", "Mul"]   # parse = x*2, hash; not the handle/Const
+    lanes, why = lane_graph(graph, "stage", put, put.inputs[0], 2)
+    assert why == "" and all(lane.hand_in is not None for lane in lanes.lanes)
+    lane = lanes.lanes[1]
+    assert [t.name for t in lane.hand_in.inputs[1:]] == [t.name for t in split.cut]
+    body_ops = [op for op in graph.get_operations() if op.name.startswith("stage/lanes/lane_1/body/")]
+    finds = [op for op in body_ops if op.type == "LookupTableFindV2"]
+    assert len(finds) == 1 and finds[0].inputs[0].op.type == "HashTableV2"
+    assert finds[0].inputs[0].op.name == "table"       # the original table
+    assert not any(op.type in ("HashTableV2", "IteratorGetNext") or op.name.endswith("offset") for op in body_ops)
+    with tf.compat.v1.Session(graph=graph) as sess:
+        sess.run(tf.compat.v1.tables_initializer())
+        with ss.start_prefetch_threads(sess) as threads:
+            got = drain(sess, y)
+            stats = threads.stats()[0]
+    assert [list(v) for v in got] == [[i * 20 + 7, i] for i in range(12)]
+    assert stats.num_threads == 2 and all(stats.lane_batches)
+
+
+def test_the_head_runs_once_per_batch_with_hand_off(graph):
+    """A stateful head op (a counter) runs exactly once per batch: the copies never pull the head."""
+    counter = tf.Variable(0, dtype=tf.int64, name="counter")
+    x = range_input(20)
+    with tf.control_dependencies([x]):
+        count = counter.assign_add(1)
+    y = ss.staged([tf.identity(x * 3, name="body"), count], num_threads=4, capacity=3)
+    with tf.compat.v1.Session(graph=graph) as sess:
+        sess.run(counter.initializer)
+        with ss.start_prefetch_threads(sess) as threads:
+            got = drain(sess, y)
+            assert all(lane.hand_in is not None for lane in threads._stages[0].lanes.lanes)
+        np.testing.assert_array_equal([v[0] for v in got], np.arange(20) * 3)
+        assert [int(v[1]) for v in got] == list(range(1, 21))
+        assert sess.run(counter) == 20   # the end of input stops the 21st count (it waits for GetNext)
