@@ -29,7 +29,7 @@ from smartstage.passes.input_tasks import ATTR_CUT, ATTR_LANES, ATTR_MODE, ATTR_
 
 EXAMPLES = 4     # example node names shown per task
 TOP_OPS = 6      # op types shown per task, most frequent first
-_CONTROL_FLOW_FREE = ("Const", "NoOp")  # never the interesting ops of a task: listed last
+_QUIET_OPS = ("Const", "NoOp")  # never the interesting ops of a task: listed last
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def _stage_placement(view: GraphView, sides, stage, marker, owner: dict[str, str
 
 def _examples(view: GraphView, names: list[str]) -> tuple[str, ...]:
     """A few node names, the computing ones first (a task's constants say little about what it runs)."""
-    computing = [n for n in names if view.op(n) not in _CONTROL_FLOW_FREE]
+    computing = [n for n in names if view.op(n) not in _QUIET_OPS]
     return tuple((computing + [n for n in names if n not in computing])[:EXAMPLES])
 
 
@@ -186,7 +186,7 @@ def _job(device: str) -> str:
 
 def _top_ops(view: GraphView, names: list[str]) -> tuple[tuple[str, int], ...]:
     counts = Counter(view.op(n) for n in names)
-    ordered = sorted(counts.items(), key=lambda kv: (kv[0] in _CONTROL_FLOW_FREE, -kv[1], kv[0]))
+    ordered = sorted(counts.items(), key=lambda kv: (kv[0] in _QUIET_OPS, -kv[1], kv[0]))
     return tuple(ordered[:TOP_OPS])
 
 

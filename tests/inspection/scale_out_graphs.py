@@ -41,3 +41,22 @@ def optimized(mode: str, tasks: int, meta=None):
     meta = meta if meta is not None else build_meta()
     config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), input_job="input", input_tasks=tasks, input_mode=mode)
     return meta, ss.optimize(meta, config, targets=["loss", "train_op"])
+
+
+def build_two_stage_meta(rows: int = ROWS, batch: int = BATCH):
+    """Two inputs, each behind its own stage: a -> put_a ~~ take_a -> sqrt ; b -> put_b ~~ take_b -> hash."""
+    graph = tf.Graph()
+    with graph.as_default():
+        def stage_of(name, ds):
+            iterator = tf.compat.v1.data.make_initializable_iterator(ds.batch(batch, drop_remainder=True))
+            tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TABLE_INITIALIZERS, iterator.initializer)
+            return ss.staged(iterator.get_next(), capacity=2, num_threads=1, name=name)
+
+        a = stage_of("stage_a", tf.data.Dataset.range(rows).map(lambda i: tf.cast(i, tf.float32)))
+        b = stage_of("stage_b", tf.data.Dataset.range(rows).map(lambda i: tf.strings.as_string(i % 4)))
+        w = tf.compat.v1.get_variable("w", [], initializer=tf.compat.v1.constant_initializer(0.1))
+        loss = tf.reduce_mean(tf.sqrt(tf.abs(a) + 1.0) * w + tf.cast(tf.strings.to_hash_bucket_fast(b, 7), tf.float32),
+                              name="loss")
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(loss, name="train_op")
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TRAIN_OP, train_op)
+        return tf.compat.v1.train.export_meta_graph(graph=graph)

@@ -118,3 +118,27 @@ def test_diff_carries_the_placement_into_text_json_and_html(meta, mode, tasks):
     assert "<h2 id=\"placement\">Placement on input tasks</h2>" in html
     assert all(f"<td>{T}{i}</td>" in html for i in range(tasks)) and f"<td>{T}{tasks}</td>" not in html
     assert "84 bytes" in html
+
+
+@pytest.mark.parametrize("mode, shard_nodes", [("central", 0), ("sharded", 3)])  # sharded: 2 consts + ShardDataset
+def test_two_stages_on_the_same_tasks_each_count_their_own_nodes_as_the_pass_placed_them(mode, shard_nodes):
+    from tests.inspection.scale_out_graphs import build_two_stage_meta
+
+    _, result = optimized(mode, 2, build_two_stage_meta())
+    (report,) = [r for r in result.reports if r.name == "input_tasks"]
+    placements = {p.stage: p for p in stage_placements(result.meta_graph_def)}
+    assert sorted(placements) == ["stage_a", "stage_b"]
+    for stage, plan in report.details.items():
+        assert [t.nodes for t in placements[stage].tasks] == [len(plan.body) + shard_nodes] * 2
+        assert set(plan.head) <= set(placements[stage].head)  # the view adds the iterator its read needs
+    assert placements["stage_b"].tasks[0].examples[0] == ("StringToHashBucketFast" if mode == "central"
+                                                          else "RangeDataset_1")
+
+
+def test_verify_in_process_refuses_a_graph_whose_stage_runs_on_input_tasks(meta):
+    from smartstage.errors import ConfigError
+    from smartstage.inspection.verify_rewrite import verify_rewrite
+
+    _, result = optimized("central", 2, meta)
+    with pytest.raises(ConfigError, match="stage 'stage' runs on the tasks of job 'input'.*loopback cluster"):
+        verify_rewrite(meta, 2, result=result, cluster=False)
