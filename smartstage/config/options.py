@@ -27,6 +27,7 @@ Auto-stage (a stage at every input source, no staged() needed), both spellings:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -75,9 +76,10 @@ class SmartStageOptions:
     # Scale-out (docs/scale-out.md): the prefetch side on the tasks of this job of the cluster.
     input_job: str | None = None
     input_tasks: int = 0                # tasks of input_job; 0: read from the config's cluster_def
-    input_mode: str = "central"         # "central" (the trainer reads, tasks compute) or "sharded"
+    input_mode: str = "central"         # "central" (the trainer reads, tasks compute), "sharded" or "tfdata_service"
     input_lanes_per_task: int = 1
     input_timeout_millis: int = 60000   # a prefetch run on an input task fails after this long
+    tfdata_service: str | None = None   # input_mode="tfdata_service": the dispatcher, "grpc://host:port"
 
     @property
     def enabled(self) -> bool:
@@ -113,11 +115,11 @@ _AUTO_INT_PARAMETERS = ("capacity", "num_threads", "num_clients", "timeout_milli
                         "stage_subgraph_stream_id")
 _AUTO_LIST_PARAMETERS = ("closed_exception_types", "ignored_exception_types")
 _INPUT_INT_PARAMETERS = ("input_tasks", "input_lanes_per_task", "input_timeout_millis")
-_INPUT_MODES = ("central", "sharded")
+_INPUT_MODES = ("central", "sharded", "tfdata_service")
 _KNOWN_PARAMETERS = ("do_smart_stage", "do_smart_stage_gpu", "stage_multi_stream", "auto_stage", "verify",
                      "auto_stage_name", "auto_stage_use_stage_subgraph_thread_pool",
                      *("auto_stage_" + k for k in _AUTO_INT_PARAMETERS + _AUTO_LIST_PARAMETERS),
-                     "input_job", "input_mode", *_INPUT_INT_PARAMETERS)
+                     "input_job", "input_mode", "tfdata_service", *_INPUT_INT_PARAMETERS)
 
 
 def _attr_bool(key: str, value: attr_value_pb2.AttrValue) -> bool:
@@ -196,7 +198,7 @@ def options_from_config(config=None, **overrides: Any) -> SmartStageOptions:
 def _input_parameters(params: dict) -> dict[str, Any]:
     """The scale-out parameters of a custom-optimizer entry (input_job="input", input_tasks=4, ...)."""
     fields: dict[str, Any] = {k: _attr_int(k, params[k]) for k in _INPUT_INT_PARAMETERS if k in params}
-    for key in ("input_job", "input_mode"):
+    for key in ("input_job", "input_mode", "tfdata_service"):
         if key in params:
             if params[key].WhichOneof("value") != "s":
                 raise ConfigError(f"SmartStage custom optimizer parameter {key!r} must be a string (AttrValue s), "
@@ -207,6 +209,8 @@ def _input_parameters(params: dict) -> dict[str, Any]:
 
 def _checked_input_options(options: SmartStageOptions, config) -> SmartStageOptions:
     """input_job's task count from the config's cluster_def when not given; bad values named."""
+    if options.input_mode == "tfdata_service" or options.tfdata_service:
+        return _checked_service_options(options)
     if not options.input_job:
         return options
     if options.input_mode not in _INPUT_MODES:
@@ -226,9 +230,33 @@ def _checked_input_options(options: SmartStageOptions, config) -> SmartStageOpti
     return replace(options, input_tasks=tasks)
 
 
+# A dispatcher address as DispatchServer.target gives it: grpc://host:port (host a name, IPv4 or [IPv6]).
+_DISPATCHER_ADDRESS = re.compile(r"^(?:grpc://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):\d{1,5}$")
+
+
+def _checked_service_options(options: SmartStageOptions) -> SmartStageOptions:
+    """input_mode="tfdata_service" with tfdata_service="grpc://host:port", and nothing of the input-job modes."""
+    address = options.tfdata_service
+    if options.input_mode != "tfdata_service":
+        raise ConfigError(f"tfdata_service={address!r} is set but input_mode is {options.input_mode!r}; pass "
+                          "input_mode='tfdata_service' to distribute the input through tf.data service, or drop "
+                          "tfdata_service")
+    if not address:
+        raise ConfigError("input_mode='tfdata_service' needs the dispatcher's address: pass "
+                          "tfdata_service='grpc://host:port' (DispatchServer.target)")
+    if options.input_job:
+        raise ConfigError(f"input_job={options.input_job!r} names cluster tasks, which input_mode='tfdata_service' "
+                          "does not use (the service's workers run the input); drop input_job, or use "
+                          "input_mode='central' or 'sharded'")
+    if not _DISPATCHER_ADDRESS.match(address):
+        raise ConfigError(f"tfdata_service={address!r} is not a dispatcher address; pass 'grpc://host:port' "
+                          "(what DispatchServer.target returns)")
+    return replace(options, tfdata_service=address if address.startswith("grpc://") else f"grpc://{address}")
+
+
 def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = False,
                        auto_stage: AutoStageOptions | bool | None = None, input_job: str | None = None,
-                       input_tasks: int = 0, input_mode: str = "central"):
+                       input_tasks: int = 0, input_mode: str = "central", tfdata_service: str | None = None):
     """Turns SmartStage on in `config` (created if None) and returns it.
 
     before:  ConfigProto()                      -> optimize() returns the graph unchanged
@@ -239,9 +267,10 @@ def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = F
     if auto_stage is True:
         auto_stage = AutoStageOptions()
     if _is_deeprec_config(config):
-        if input_job:
-            raise ConfigError("input_job has no DeepRec spelling: use a stock tf.compat.v1.ConfigProto "
-                              "(custom_optimizers) or optimize(..., input_job=...)")
+        if input_job or tfdata_service:
+            which = "input_job" if input_job else "tfdata_service"
+            raise ConfigError(f"{which} has no DeepRec spelling: use a stock tf.compat.v1.ConfigProto "
+                              f"(custom_optimizers) or optimize(..., {which}=...)")
         oo = config.graph_options.optimizer_options
         if auto_stage:
                 oo.smart_stage_options.CopyFrom(deeprec_smart_stage_options(
@@ -264,6 +293,10 @@ def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = F
         params["input_mode"].s = input_mode.encode()
         if input_tasks:
             params["input_tasks"].i = input_tasks
+    if tfdata_service or input_mode == "tfdata_service":
+        params["input_mode"].s = input_mode.encode()
+        if tfdata_service:
+            params["tfdata_service"].s = tfdata_service.encode()
     if gpu:
         params["do_smart_stage_gpu"].b = True
     if multi_stream:

@@ -1,6 +1,6 @@
 """The SmartStage passes, one per module, and the order the flags put them in.
 
-    find_stages -> [auto_stage] -> partition -> expand_stage -> [gpu_placement] -> [multi_stream] -> [input_tasks]
+    find_stages -> [auto_stage] -> partition -> expand_stage -> [gpu_placement] -> [multi_stream] -> [input_tasks | tfdata_service]
 """
 
 from __future__ import annotations
@@ -26,7 +26,11 @@ def pipeline_passes(options) -> list:
         from smartstage.passes.gpu.multi_stream import MultiStream
 
         passes.append(MultiStream())
-    if options.input_job:
+    if options.input_mode == "tfdata_service":
+        from smartstage.passes.tfdata_service import TfDataService
+
+        passes.append(TfDataService())
+    elif options.input_job:
         from smartstage.passes.input_tasks import InputTasks
 
         passes.append(InputTasks())

@@ -1,0 +1,306 @@
+"""tfdata_service: a stage's tf.data input and its stateless body run on tf.data service workers (opt-in).
+
+    before:  range -> map -> batch ==MakeIterator==> it -> IteratorGetNext -> sqrt -> hash -> put ~~ take
+    after:   range -> map -> batch -> stage/tfdata_service/{MapDataset(sqrt, hash) -> RegisterDatasetV2
+               -> DataServiceDatasetV4} ==stage/tfdata_service/MakeIterator==> stage/tfdata_service/IteratorV2
+               -> stage/tfdata_service/IteratorGetNext -> put ~~ take
+             (the original MakeIterator waits for the new one: running `iterator.initializer` starts both)
+
+It fits when the put's whole prefetch side is one `IteratorGetNext` of an initializable iterator
+(`MakeIterator`) and a body of stateless ops between it and the put: no table lookups, no variables or
+other resources, no py_func (a service worker is another process), nothing fed, nothing read elsewhere.
+Then the body becomes the function of a `MapDataset` after the dataset, the pipeline goes to the service
+with dynamic sharding (`ShardingPolicy.DYNAMIC`), and the put reads the new iterator. Where it does not
+fit, the stage is left as it was and the summary names the node that prevents it.
+
+What the service promises is weaker than the other modes: records arrive in no fixed order, the batches
+are formed on each worker (not the unoptimized graph's batches), each record at most once (a worker that
+dies loses what it was processing). docs/scale-out.md ("Through tf.data service") says it all; opt-in.
+
+Why the new nodes are built with TensorFlow's Python API in a scratch tf.Graph (a placeholder stands for
+the dataset variant, `from_variant(...).map(...).apply(distribute(...))`) and then copied in, rather
+than written as NodeDefs: `distribute()` builds a version-specific chain (a compression map,
+`RegisterDatasetV2` with a serialized metadata attr, `DataServiceDatasetV4` with an uncompress function
+and nine inputs), and the map function needs the body's output shapes and its FunctionDef; TensorFlow's
+own builders get all of that right for the installed version. Only new nodes and functions are added
+(function names made deterministic); every original node keeps its name; the old read and the body are
+removed, but for constants (nodes not computed from the batch) that other nodes read too: those stay.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from dataclasses import dataclass
+
+from tensorflow.core.framework import function_pb2, graph_pb2, types_pb2
+
+from smartstage.graph.names import parse_tensor_name
+from smartstage.graph.op_types import (FEED_OPS, HANDLE_OPS, ITERATOR_READS, QUEUE_READS, READER_READS, TABLE_READ_OPS,
+                                       is_stateful_op)
+from smartstage.graph.stages import FIFO, StageBoundary
+from smartstage.graph.view import GraphView
+from smartstage.passes.gpu.prefetch_sides import prefetch_sides
+from smartstage.passes.manager import PassContext, PassResult
+
+logger = logging.getLogger(__name__)
+
+SCOPE = "tfdata_service"          # <stage>/tfdata_service/<node>: the nodes this pass adds
+PROCESSING_MODE = "dynamic"       # tf.data.experimental.service.ShardingPolicy.DYNAMIC
+_PY_FUNC_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
+_SOURCE = "smartstage_tfdata_service_source"  # the scratch graph's stand-in for the dataset variant
+_UNMOVABLE_DTYPES = {types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT}
+
+
+@dataclass(frozen=True)
+class ServiceFit:
+    """Whether one stage's input can go to tf.data service, and what moves: analysis only."""
+
+    stage: str
+    put: str = ""
+    read: str = ""                   # the IteratorGetNext the put reads through the body
+    maker: str = ""                  # the iterator's MakeIterator (its initializer)
+    dataset: str = ""                # the tensor MakeIterator reads: the dataset the service runs
+    body: tuple[str, ...] = ()       # folded into the map, in graph order
+    kept: tuple[str, ...] = ()       # body nodes not computed from the batch that others read too: copied
+    outputs: tuple[str, ...] = ()    # the put's data inputs, in buffer order
+    skipped: str = ""                # why the stage stays as it is
+
+
+def service_fit(view: GraphView, stage: StageBoundary, side: frozenset[str], targets: set[str]) -> ServiceFit:
+    """Which nodes of `stage`'s prefetch side fold into the dataset's map, or why none can.
+
+        before:  it -> IteratorGetNext -> sqrt -> put          (MakeIterator(batch, it))
+        after:   ServiceFit(read="IteratorGetNext", maker="MakeIterator", dataset="batch", body=("sqrt",))
+    """
+    def skip(reason: str) -> ServiceFit:
+        return ServiceFit(stage.name, skipped=reason)
+
+    if stage.kind != FIFO:
+        return skip(f"a {stage.kind} stage: only FIFO-queue stages are rewritten")
+    other = sorted(n for n in side if view.op(n) in QUEUE_READS | READER_READS)
+    reads = sorted(n for n in side if view.op(n) in ITERATOR_READS)
+    if other or len(reads) != 1:
+        return skip(f"node {other[0]!r} ({view.op(other[0])}) is not a tf.data iterator read" if other else
+                    f"the prefetch side has {len(reads)} iterator reads ({reads}), not one")
+    read = reads[0]
+    iterator = view.data_inputs(read)[0].node
+    readers = [c for c in view.consumers(iterator) if view.op(c) in ITERATOR_READS]
+    makers = [c for c in view.consumers(iterator) if view.op(c) == "MakeIterator"]
+    if view.op(iterator) not in ("IteratorV2", "Iterator") or len(makers) != 1:
+        return skip(f"iterator {iterator!r} ({view.op(iterator)}) has {len(makers)} MakeIterator initializer(s), "
+                    "not one (a one-shot iterator builds its dataset inside a function); use "
+                    "make_initializable_iterator")
+    if readers != [read]:
+        return skip(f"iterator {iterator!r} is read by {sorted(readers)}, not only by {read!r}")
+    dataset = view.data_inputs(makers[0])[0]
+    served = sorted(n for n in view.ancestors([dataset.node]) if view.op(n).startswith("DataServiceDataset"))
+    if served:
+        return skip(f"already distributed through tf.data service (node {served[0]!r})")
+    upstream = view.ancestors([read])
+    body = [n for n in view.order() if n in side and n not in upstream and n != read]
+    body_set = set(body)
+    from_batch = {read}  # the body nodes computed from the batch; the others (constants) may stay as well
+    for name in body:
+        if any(t.node in from_batch for t in view.inputs(name)):
+            from_batch.add(name)
+    kept = []
+    for name in sorted(body, key=lambda n: view.op(n) in HANDLE_OPS):  # name the lookup, not the table
+        reason = _unmovable(view, name)
+        outside = sorted(c for c in view.consumers(name) if c not in body_set | {stage.put})
+        if not reason and (outside or name in targets):
+            if name in from_batch:
+                reason = (f"is read outside the prefetch side (by {outside[0]!r})" if outside else
+                          "is a target (fetched by the training step)")
+            else:
+                kept.append(name)  # a copy runs in the map; the original stays for its other readers
+        if reason:
+            return skip(f"node {name!r} ({view.op(name)}) {reason}")
+    for k, dtype in enumerate(view.output_dtypes(read) or []):
+        if dtype in _UNMOVABLE_DTYPES:
+            return skip(f"node {read!r} output {k} is a {types_pb2.DataType.Name(dtype)} (a nested, sparse or ragged "
+                        "component); only dense components are folded")
+    outside = sorted(c for c in view.consumers(read) if c not in body_set | {stage.put})
+    if outside or read in targets:
+        return skip(f"node {read!r} is read outside the prefetch side ({outside or 'a target'})")
+    outputs = stage.put_data_inputs(view)
+    for t in outputs:
+        if t.node not in body_set | {read}:
+            return skip(f"node {t.node!r} ({view.op(t.node)}) feeds the put but is upstream of the iterator read")
+    tied = sorted(set(view.control_inputs(stage.put)) & (body_set | {read}))
+    if tied:
+        return skip(f"node {tied[0]!r} is a control input of the put {stage.put!r}")
+    kept_with_inputs = (view.ancestors(kept) & body_set) | set(kept)  # a kept node's inputs stay with it
+    return ServiceFit(stage.name, stage.put, read, makers[0], view.raw_inputs(makers[0])[0], tuple(body),
+                      tuple(sorted(kept_with_inputs)), tuple(str(t) for t in outputs))
+
+
+def _unmovable(view: GraphView, name: str) -> str:
+    """Why body node `name` cannot run inside a dataset function on a service worker ('' when it can)."""
+    op = view.op(name)
+    if op in TABLE_READ_OPS:
+        return "looks up a table, which lives in the trainer's process"
+    if op in _PY_FUNC_OPS:
+        return "runs Python (py_func), which a service worker cannot call"
+    if op in FEED_OPS:
+        return "is fed per step"
+    if any(view.dtype_of(t) == types_pb2.DT_RESOURCE or (view.dtype_of(t) or 0) > 100 for t in view.data_inputs(name)):
+        return "reads a resource or variable"
+    stateful = is_stateful_op(op)
+    if stateful is None or stateful:
+        return "is stateful" if stateful else "is an op type this TensorFlow does not know"
+    if view.control_inputs(name):
+        return f"has a control input ({view.control_inputs(name)[0]!r})"
+    return ""
+
+
+class TfDataService:
+    """Folds each fitting stage's body into its dataset and distributes it through tf.data service."""
+
+    name = "tfdata_service"
+    requires = ("stages",)
+    provides = ()
+
+    def run(self, graph_def: graph_pb2.GraphDef, ctx: PassContext) -> PassResult:
+        address = ctx.options.tfdata_service
+        view = ctx.view_of(graph_def)
+        sides = prefetch_sides(view, ctx.stages)
+        fits = {s.name: service_fit(view, s, sides.side.get(s.name, frozenset()), set(ctx.targets))
+                for s in ctx.stages}
+        summary = [f"{name}: left as it was: {fit.skipped}" for name, fit in fits.items() if fit.skipped]
+        chosen = [fit for fit in fits.values() if not fit.skipped]
+        if not chosen:
+            return PassResult(graph_def, changed=False, summary=tuple(summary), details=fits)
+        new = graph_pb2.GraphDef()
+        new.CopyFrom(graph_def)
+        for fit in chosen:
+            _fold(new, view, fit, address)
+            logger.info("stage %r: %d body node(s) folded into its dataset, distributed to %s", fit.stage,
+                        len(fit.body), address)
+            summary.append(f"{fit.stage}: {len(fit.body)} body node(s) folded into the dataset's map, the pipeline "
+                           f"distributed to tf.data service at {address} ({PROCESSING_MODE} sharding: each record at "
+                           f"most once, order and batches not the unoptimized graph's); running {fit.maker!r} "
+                           f"starts it; the put reads {fit.stage}/{SCOPE}/IteratorGetNext")
+        return PassResult(new, changed=True, summary=tuple(summary), details=fits)
+
+
+def _fold(new: graph_pb2.GraphDef, view: GraphView, fit: ServiceFit, address: str) -> None:
+    """Adds the service chain and its iterator for `fit`, rewires the put and the initializer, drops the body."""
+    scratch = _service_graph(view, fit, address, f"{fit.stage}/{SCOPE}/")
+    renamed = _function_names(scratch, {f.signature.name: f for f in new.library.function}, fit.stage)
+    functions = {f.signature.name: f for f in scratch.library.function}
+    for name in renamed:  # in the order of their new names: the library's own order varies
+        copy = new.library.function.add()
+        copy.CopyFrom(functions[name])
+        copy.signature.name = renamed[name]
+        for node in copy.node_def:
+            _rename_functions(node.attr, renamed)
+    dropped = set(fit.body) - set(fit.kept) | {fit.read}
+    remaining = [n for n in new.node if n.name not in dropped]
+    del new.node[:]
+    new.node.extend(remaining)
+    device = view.node(fit.read).device  # the old read's: the new iterator and its chain run where it ran
+    for node in scratch.node:
+        if node.name != _SOURCE:
+            copy = new.node.add()
+            copy.CopyFrom(node)
+            copy.device = device
+            copy.input[:] = [fit.dataset if raw == _SOURCE else raw for raw in node.input]
+            _rename_functions(copy.attr, renamed)
+    by_name = {n.name: n for n in new.node}
+    maker = next(n.name for n in scratch.node if n.op == "MakeIterator")
+    read = next(n.name for n in scratch.node if n.op in ITERATOR_READS)
+    by_name[fit.maker].input.append(f"^{maker}")
+    put = by_name[fit.put]
+    data = [k for k, raw in enumerate(put.input) if not raw.startswith("^")][1:]  # after the queue handle
+    for k, position in enumerate(data):
+        put.input[position] = f"{read}:{k}"
+
+
+def _service_graph(view: GraphView, fit: ServiceFit, address: str, scope: str) -> graph_pb2.GraphDef:
+    """A scratch graph: a variant placeholder (_SOURCE, the dataset) -> map(body) -> distribute -> iterator.
+
+        before:  body {sqrt(IteratorGetNext:0)}, outputs ("sqrt:0", "IteratorGetNext:1")
+        after:   <scope>MapDataset (f: import of the body), RegisterDatasetV2, DataServiceDatasetV4,
+                 <scope>IteratorV2, <scope>MakeIterator, <scope>IteratorGetNext
+    """
+    import tensorflow as tf  # the Python API only here: the analysis above reads protos
+
+    read = view.node(fit.read)
+    specs = tuple(tf.TensorSpec(tf.TensorShape(shape), tf.dtypes.as_dtype(dtype)) for dtype, shape in
+                  zip(read.attr["output_types"].list.type, read.attr["output_shapes"].list.shape))
+    body = graph_pb2.GraphDef()
+    body.library.CopyFrom(view.graph_def.library)
+    body.versions.CopyFrom(view.graph_def.versions)
+    for name in fit.body:
+        node = body.node.add()
+        node.CopyFrom(view.node(name))
+        node.device = ""  # a service worker places it
+    used = {_canonical(raw) for name in fit.body for raw in view.raw_inputs(name)
+            if parse_tensor_name(raw).node == fit.read}
+    wanted = sorted({_canonical(t) for t in fit.outputs if parse_tensor_name(t).node != fit.read})
+
+    def computed_body(*components):
+        produced = {}
+        if wanted:
+            mapped = {t: components[parse_tensor_name(t).port] for t in used}
+            results = tf.graph_util.import_graph_def(body, input_map=mapped, return_elements=wanted, name="body")
+            produced = dict(zip(wanted, results))
+        return tuple(components[parse_tensor_name(t).port] if parse_tensor_name(t).node == fit.read
+                     else produced[_canonical(t)] for t in fit.outputs)
+
+    graph = tf.Graph()
+    with graph.as_default(), warnings.catch_warnings():
+        # distribute() reads dataset.options(), which warns in graph mode that options live in the graph now
+        warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
+        source = tf.compat.v1.placeholder(tf.variant, [], name=_SOURCE)
+        with tf.name_scope(scope):
+            dataset = tf.data.experimental.from_variant(source, specs)
+            if fit.body:
+                dataset = dataset.map(computed_body)
+            dataset = dataset.apply(tf.data.experimental.service.distribute(
+                processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC, service=address))
+            iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
+            iterator.get_next()
+    return graph.as_graph_def()
+
+
+def _canonical(tensor: str) -> str:
+    t = parse_tensor_name(tensor)
+    return f"{t.node}:{t.port}"
+
+
+def _function_names(scratch: graph_pb2.GraphDef, known: dict[str, function_pb2.FunctionDef],
+                    stage: str) -> dict[str, str]:
+    """New names for the scratch graph's functions, in the order the nodes reach them, so that optimizing
+    the same graph twice gives the same names (TensorFlow numbers them per process). A function the
+    graph already has, unchanged (one the body calls), is not copied."""
+    functions = {f.signature.name: f for f in scratch.library.function}
+    order: list[str] = []
+
+    def reach(attrs) -> None:
+        for value in attrs.values():
+            for func in ([value.func] if value.HasField("func") else list(value.list.func)):
+                if func.name in functions and func.name not in order:
+                    order.append(func.name)
+                    for node in functions[func.name].node_def:
+                        reach(node.attr)
+                    reach(func.attr)
+
+    for node in scratch.node:
+        reach(node.attr)
+    order += sorted(set(functions) - set(order))
+    prefix = re.sub(r"[^A-Za-z0-9_]", "_", stage)
+    new = [n for n in order if n not in known or known[n] != functions[n]]
+    return {name: f"{prefix}_{SCOPE}_fn_{k}" for k, name in enumerate(new)}
+
+
+def _rename_functions(attrs, renamed: dict[str, str]) -> None:
+    for value in attrs.values():
+        for func in ([value.func] if value.HasField("func") else list(value.list.func)):
+            func.name = renamed.get(func.name, func.name)
+            _rename_functions(func.attr, renamed)
+
+
+__all__ = ["TfDataService", "ServiceFit", "service_fit", "SCOPE", "PROCESSING_MODE"]
