@@ -14,7 +14,8 @@ SCOPE = "stage/tfdata_service/"
 
 
 def source(one_shot: bool = False):
-    ds = tf.data.Dataset.range(12).map(lambda i: {"row": i, "x": tf.cast(i, tf.float32), "name": tf.strings.as_string(i)})
+    ds = tf.data.Dataset.range(12).map(
+        lambda i: {"row": i, "x": tf.cast(i, tf.float32), "name": tf.strings.as_string(i)})
     ds = ds.batch(3)
     if one_shot:
         return tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
@@ -129,6 +130,8 @@ def test_options_both_spellings_and_clear_errors():
     with pytest.raises(ConfigError, match="drop input_job"):
         ss.options_from_config(None, input_mode="tfdata_service", tfdata_service=ADDRESS, input_job="input",
                                input_tasks=2)
+    with pytest.raises(ConfigError, match="tfdata_service has no DeepRec spelling"):
+        ss.enable_smart_stage(ss.ConfigProto(), input_mode="tfdata_service", tfdata_service=ADDRESS)
     config.graph_options.rewrite_options.custom_optimizers[0].parameter_map["tfdata_service"].i = 3
     with pytest.raises(ConfigError, match="'tfdata_service' must be a string"):
         ss.options_from_config(config)
