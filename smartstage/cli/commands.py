@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from smartstage.cli.common import (EXIT_DIFFERENT, EXIT_OK, _Fail, _config, _feed_values, _load, _print_summary,
-                                   _progress, _report_json, _source, _status)
+                                   _progress, _report_json, _source, _status, scale_out_options)
 
 
 # -- commands ----------------------------------------------------------------------------------------
@@ -26,10 +26,8 @@ def _optimize(args) -> int:
         raise _Fail(f"OUT {args.output!r} is IN: write the rewritten graph to another file")
     loaded = _load(args.input)
     with _status("optimizing"):
-        scale_out = ({"input_job": args.input_job, "input_tasks": args.input_tasks, "input_mode": args.input_mode}
-                     if args.input_job else {})
         result = optimize(_source(loaded), _config(args, gpu=args.gpu), targets=args.target,
-                          feeds=_feed_values(args.feed)[0], **scale_out)
+                          feeds=_feed_values(args.feed)[0], **scale_out_options(args))
     after = result.meta_graph_def if result.meta_graph_def is not None else result.graph_def
     # Every output is written beside its destination first, then all are renamed into place together:
     # a failure anywhere (a report that cannot be written, an interrupt) leaves no output behind.

@@ -27,9 +27,17 @@ def _error(message: str) -> None:
 def _config(args, gpu: bool = False):
     from smartstage.config.options import enable_smart_stage
 
-    scale_out = ({"input_job": args.input_job, "input_tasks": args.input_tasks, "input_mode": args.input_mode}
-                 if getattr(args, "input_job", None) else {})
-    return enable_smart_stage(gpu=gpu, auto_stage=True if args.auto_stage else None, **scale_out)
+    return enable_smart_stage(gpu=gpu, auto_stage=True if args.auto_stage else None, **scale_out_options(args))
+
+
+def scale_out_options(args) -> dict:
+    """The scale-out flags as SmartStageOptions fields: --input-job/--input-tasks/--input-mode, or
+    --tfdata-service ADDRESS (input_mode 'tfdata_service'); {} when none is given."""
+    if getattr(args, "tfdata_service", None):
+        return {"input_mode": "tfdata_service", "tfdata_service": args.tfdata_service}
+    if getattr(args, "input_job", None):
+        return {"input_job": args.input_job, "input_tasks": args.input_tasks, "input_mode": args.input_mode}
+    return {}
 
 
 def _positive(text: str) -> int:

@@ -151,6 +151,9 @@ def _scale_out_flags(p: argparse.ArgumentParser, more: str = "") -> None:
     p.add_argument("--input-tasks", type=_positive, default=1, metavar="N", help="tasks of --input-job (default 1)")
     p.add_argument("--input-mode", choices=("central", "sharded"), default="central",
                    help="central: the trainer reads, the tasks compute; sharded: task i reads shard i")
+    p.add_argument("--tfdata-service", metavar="grpc://HOST:PORT",
+                   help="fold the stateless prefetch side into the tf.data pipeline and run it on this tf.data "
+                        "service dispatcher's workers (opt-in: batches and order change; docs/scale-out.md)")
 
 
 def _layout_flags(p: argparse.ArgumentParser) -> None:

@@ -35,7 +35,7 @@ import tensorflow as tf
 from tensorflow.python.ops import gen_data_flow_ops
 
 from smartstage.config.options import SmartStageOptions
-from smartstage.errors import GraphError, TargetError
+from smartstage.errors import ConfigError, GraphError, TargetError
 from smartstage.graph.stages import FIFO
 from smartstage.runtime.lanes import LANE_SCOPES
 from smartstage.runtime.metadata import STAGES_COLLECTION, StageRecord, stage_defs
@@ -79,6 +79,13 @@ def rewrite_live_graph(graph: tf.Graph, options: SmartStageOptions, targets: Ite
     import time
 
     from smartstage.optimizer import optimize
+
+    if options.input_mode == "tfdata_service":
+        # The pass replaces the dataset chain and the iterator; the live graph's Python iterator objects and
+        # initializers would still point at the old ones. Offline, the exported graph carries both.
+        raise ConfigError("input_mode='tfdata_service' works on the offline path only: optimize the exported "
+                          "graph (ss.optimize or `smartstage optimize --tfdata-service`), import it and run it "
+                          "with ss.start_prefetch_threads (docs/scale-out.md); the session flag cannot apply it")
 
     def rewrite() -> LiveRewrite:
         start = time.perf_counter()

@@ -80,3 +80,12 @@ def test_without_input_job_nothing_is_placed():
     graph = _live(None)
     assert not [op.name for op in graph.get_operations() if "/input_task" in op.name or "/input_shard" in op.name]
     assert not [op.device for op in graph.get_operations() if "/job:input" in op.device]
+
+
+def test_the_session_flag_refuses_tfdata_service_with_the_offline_path_named():
+    config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), input_mode="tfdata_service",
+                                   tfdata_service="grpc://localhost:5050")
+    with tf.Graph().as_default() as graph:
+        names = graphs.build()
+    with pytest.raises(ss.ConfigError, match="offline path only: optimize the exported graph"):
+        prepare_graph(graph, options_from_config(config), [names["loss"]])
