@@ -239,7 +239,7 @@ MODES = {
     "quick": dict(rows=200_000, models="dlrm", variants="cpu", repeats=5, steps=20, warmup=4, grid=False,
                   size="benchmark", batch_size=512, settle_steps=800, settle_seconds=60.0),
     "smoke": dict(rows=2_000, models="dlrm", variants="io", repeats=1, steps=3, warmup=2, grid=True,
-                  size="small", batch_size=32, settle_steps=200, settle_seconds=20.0),
+                  size="small", batch_size=32, settle_steps=600, settle_seconds=20.0),
 }
 
 

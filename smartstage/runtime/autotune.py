@@ -221,10 +221,8 @@ class Tuner:
         best = self._best
         if best is None or rate > best[2] * (1 + GAIN_MARGIN):
             self._best = (self.threads, self.capacity, rate)
-            # One lane more only while the input is the bound: a lane costs two more session runs per batch
-            # and a round trip of the head's values through Python, so a trial is not free (on string-heavy
-            # heads a lane ran at a fifth of one thread's rate). A lane that buys no more than GAIN_MARGIN
-            # is given back below.
+            # One lane more only while the input is the bound: a lane costs two more session runs per batch,
+            # so a trial is not free. A lane that buys no more than GAIN_MARGIN is given back below.
             if empty >= EMPTY_FRACTION and self.tune_threads and self.threads < self.max_lanes:
                 # A lane runs ahead only into room in the buffer: with capacity tuned, give each lane two slots.
                 room = min(max(self.capacity, 2 * (self.threads + 1)), limit) if self.tune_capacity else self.capacity

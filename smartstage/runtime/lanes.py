@@ -8,15 +8,16 @@ runs: input ops (IteratorGetNext, queue dequeues, reader reads), random ops, any
 (a py_func, a variable read), with everything upstream of them and anything tied to them by a control
 edge. It runs once per batch, under one lock, so batch n is always the n-th result of the input. The
 *body* is the rest (stateless ops, read-only table lookups, Asserts): it runs on several lane threads
-at once, fed the head's values, into its lane's own small FIFO queue (`lane_enqueue`, consuming
-exactly the put's current inputs: no op is duplicated). One merger thread moves ticket 0, 1, 2, ...
-from the recorded lane into the stage's buffer (`lane_move`: dequeue -> enqueue, in the graph, no
-Python copy).
+at once. The head's run hands its values to lane i inside TensorFlow (runtime/handoff.py: lane i's
+input queue and its own copy of the ops that depend on the batch); the body's run fills the lane's own
+small FIFO queue (`lane_<i>/enqueue`). One merger thread moves ticket 0, 1, 2, ... from the recorded
+lane into the stage's buffer (`lane_<i>/move`: dequeue -> enqueue, in the graph, no Python copy).
 
 Nothing of the user's graph is edited: the split is computed from the live tf.Graph when the prefetch
-threads start, and the lane ops are added next to the stage (under `<stage>/lanes`), so they consume
-the put's inputs as they are then (after any rewrite). A finalized graph without lanes gets none, and
-the stage runs one ordered thread.
+threads start, and the lane ops are added next to the stage (under `<stage>/lanes`), built from the
+put's inputs as they are then (after any rewrite). A finalized graph without lanes gets none, and the
+stage runs one ordered thread. Lanes on input tasks (runtime/remote.py) still fetch and feed the head's
+values: their body copies are the optimizer's, placed per task.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class PrefetchSplit:
     """The head/body split of one stage's prefetch side (analysis only; nothing built).
 
     head_ops: names of the ops that run once per batch, in order (the head run).
-    cut: tensors the head computes and the body reads (fetched from the head run, fed to the body run).
+    cut: tensors the head computes and the body reads (handed to a lane in the graph, or fetched and fed).
     head_targets: head ops the put waits for through a control edge only (run, through a NoOp that
         waits for them, by the head).
     """
