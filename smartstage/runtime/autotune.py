@@ -188,6 +188,11 @@ class Tuner:
             return AUTOTUNE_HARD_CAPACITY
         return max(1, min(AUTOTUNE_HARD_CAPACITY, self.max_buffered_bytes // batch_bytes))
 
+    def headroom(self, batch_bytes: int) -> int:
+        """1 when one batch more than the capacity still fits the byte cap (a put computing while the buffer
+        is at the cap holds it), else 0."""
+        return int(batch_bytes <= 0 or (self.capacity + 1) * batch_bytes <= self.max_buffered_bytes)
+
     def decision(self) -> TuningDecision:
         return TuningDecision(self.stage, self.threads, self.capacity, self.own_pool, self.settled,
                               self.reason, tuple(self.tried))

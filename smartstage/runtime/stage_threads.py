@@ -25,17 +25,10 @@ from tensorflow.core.protobuf import config_pb2
 
 from smartstage.errors import StageRuntimeError
 from smartstage.protos.stage_pb2 import StageDef
-from smartstage.runtime.autotune import (
-    AUTOTUNE,
-    DEFAULT_MAX_BUFFERED_BYTES,
-    PipelineStats,
-    StageMeter,
-    Tuner,
-)
-from smartstage.runtime.lanes import LaneGraph, lane_graph
-from smartstage.runtime.ordered import OrderedProducer
+from smartstage.runtime.autotune import AUTOTUNE, DEFAULT_MAX_BUFFERED_BYTES, PipelineStats, StageMeter, Tuner
 from smartstage.runtime.control import CONTROL_RUN_MILLIS, quiet_run, session_closed, wait_below
-from smartstage.runtime.lanes import lane_count
+from smartstage.runtime.lanes import LaneGraph, lane_count, lane_graph
+from smartstage.runtime.ordered import OrderedProducer
 from smartstage.runtime.remote import named_task_error, remote_lane_graph, remote_plan
 from smartstage.runtime.sharded import ShardedProducer
 
@@ -360,9 +353,10 @@ class StageThreads:
             return self._handle(error, 0)
 
     def _wait_for_room(self) -> None:
-        """Unordered threads with a tuned capacity: the queue is unbounded, so they keep under the soft cap."""
+        """Unordered threads with a tuned capacity: a put may start at the soft cap (ordered._gate says why)."""
         if self.stage_def.capacity == AUTOTUNE and self.size is not None:
-            wait_below(self.sess, self.size, lambda: self.tuner.capacity, self.halted, self.meter.seconds_per_batch)
+            cap = lambda: self.tuner.capacity + self.tuner.headroom(self.meter.batch_bytes)  # noqa: E731
+            wait_below(self.sess, self.size, cap, self.halted, self.meter.seconds_per_batch)
 
     def _run_put(self, put_state: _PutState) -> None:
         self._wait_for_room()

@@ -1,0 +1,57 @@
+"""The producer's runs through callables (runtime/callables.py): same values as run(), made once per fetch list."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2
+
+import smartstage.runtime as ss
+from smartstage.runtime.callables import ProducerRuns
+from tests.runtime.helpers import drain, range_input
+
+OPTIONS = config_pb2.RunOptions(timeout_in_ms=20000)
+
+
+def test_runs_give_what_run_gives_and_make_one_callable_per_fetch_list(graph):
+    queue = tf.queue.FIFOQueue(4, [tf.int64], shapes=[[]])
+    x = tf.compat.v1.placeholder_with_default(tf.constant(5, tf.int64), [])
+    put = queue.enqueue([x * 2])
+    size = queue.size()
+    with tf.compat.v1.Session(graph=graph) as sess:
+        runs = ProducerRuns(sess)
+        assert runs.run([put, size], OPTIONS) == [None, 1]
+        assert runs.run([put, size], OPTIONS) == [None, 2]
+        assert runs.prepare([put, size], OPTIONS) is runs.prepare([put, size], OPTIONS)
+        assert runs.run([put, size], OPTIONS, feed={x: np.int64(1)}) == [None, 3]  # a feed: through run()
+        assert sorted(int(v) for v in sess.run(queue.dequeue_many(3))) == [2, 10, 10]
+    with pytest.raises(RuntimeError, match="closed Session"):
+        runs.run([size], OPTIONS)
+
+
+def test_a_session_that_cannot_make_callables_runs_through_run(graph):
+    class Wrapper:  # what a MonitoredSession hands over: a run() without the Session class
+        def __init__(self, sess):
+            self.sess = sess
+
+        def run(self, *args, **kwargs):
+            return self.sess.run(*args, **kwargs)
+
+    value = tf.constant(3)
+    with tf.compat.v1.Session(graph=graph) as sess:
+        runs = ProducerRuns(Wrapper(sess))
+        assert runs.prepare([value], OPTIONS) is None and runs.run([value], OPTIONS) == [3]
+
+
+def test_lanes_are_warmed_before_their_first_ticket(graph):
+    """AUTOTUNE builds 4 lanes and starts on one; in 10 batches the tuner closes no window, so lanes 1-3
+    never take a ticket, yet their head, body and move callables (executors) exist."""
+    y = ss.staged(tf.identity(range_input(10) * 3, name="body"))
+    with tf.compat.v1.Session(graph=graph) as sess, ss.start_prefetch_threads(sess) as threads:
+        assert [int(v) for v in drain(sess, y)] == [3 * i for i in range(10)]
+        producer = threads._stages[0].producer  # noqa: SLF001
+        made = {names for names, _ in producer.runs._callables}  # noqa: SLF001
+    assert len(producer.lanes.lanes) == 4 and producer.lane_batches[1:] == [0, 0, 0]
+    for lane in producer.lanes.lanes:
+        assert (lane.hand_in.name,) in made and (lane.enqueue.name,) in made and (lane.occupancy.name,) in made
