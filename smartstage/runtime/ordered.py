@@ -251,10 +251,10 @@ class OrderedProducer:
         computes: the run that follows computes the batch and enqueues it (the one-lane put). A bounded
         queue of capacity C lets that run compute while C batches wait and blocks only its enqueue, so
         the batch is ready the moment a step takes one; gating such a run at C would compute only after
-        the step took, leaving the step to wait (measured: a soft cap of 2 ran 5-15% slower than a
-        queue of capacity 2). So it waits while more than C batches are buffered: at most C + 1, as with
-        the bounded queue (C queued + 1 held by its blocked enqueue), while that fits max_buffered_bytes. A lane's move only enqueues a
-        batch its body already computed: it waits for room under C.
+        the step took, leaving the step to wait. So it waits while more than C batches are buffered: at
+        most C + 1, as with the bounded queue (C queued + 1 held by its blocked enqueue), while that fits
+        max_buffered_bytes. A lane's move only enqueues a batch its body already computed: it waits for
+        room under C.
         """
         cap = self.soft_capacity
         if cap is None:
