@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 
 import tensorflow as tf
-from tensorflow.core.framework import graph_pb2
 
-from smartstage.graph.names import CONTROL_PORT, parse_tensor_name
+from smartstage.graph.names import parse_tensor_name
 from smartstage.runtime.metadata import add_stage_def
+from smartstage.session.graft import import_new_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def apply_auto_stages(graph: tf.Graph, result, record) -> list:
     rerouted = {n for s in report.inserted for n in s.source.nodes}
     rerouted |= {n for p in partitions.values() for n in p.moved}
 
-    _import_stage_nodes(graph, [n for n in result.graph_def.node if n.name in new_names], new_names)
+    import_new_nodes(graph, [n for n in result.graph_def.node if n.name in new_names], "an auto-stage")
 
     original = {n.name: n for n in result.original_graph_def.node}
     for node in result.graph_def.node:
@@ -88,28 +88,3 @@ def apply_auto_stages(graph: tf.Graph, result, record) -> list:
     return stages
 
 
-def _import_stage_nodes(graph: tf.Graph, nodes: list, new_names: set[str]) -> None:
-    """Imports `nodes` (all new) into `graph` with their names; inputs from the graph are mapped to it."""
-    sub = graph_pb2.GraphDef()
-    outside_control: dict[str, list[str]] = {}
-    input_map = {}
-    for node in nodes:
-        copy = sub.node.add()
-        copy.CopyFrom(node)
-        del copy.input[:]
-        for s in node.input:
-            t = parse_tensor_name(s)
-            if t.node in new_names:
-                copy.input.append(s)
-            elif t.port == CONTROL_PORT:
-                outside_control.setdefault(node.name, []).append(t.node)
-            else:
-                copy.input.append(s)
-                input_map[f"{t.node}:{t.port}"] = graph.get_tensor_by_name(f"{t.node}:{t.port}")
-    sub.versions.CopyFrom(graph.graph_def_versions)
-    # Reset every scope the caller may be in: the nodes carry their own devices and names.
-    with graph.as_default(), graph.device(None), graph.control_dependencies(None), graph.name_scope(None):
-        tf.graph_util.import_graph_def(sub, input_map=input_map or None, name="")
-    for name, controls in outside_control.items():
-        graph.get_operation_by_name(name)._add_control_inputs(  # noqa: SLF001
-            [graph.get_operation_by_name(c) for c in controls])

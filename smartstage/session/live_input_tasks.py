@@ -20,13 +20,13 @@ from __future__ import annotations
 import logging
 
 import tensorflow as tf
-from tensorflow.core.framework import graph_pb2, node_def_pb2
+from tensorflow.core.framework import node_def_pb2
 
-from smartstage.errors import GraphError
 from smartstage.graph.load import stage_defs_of
 from smartstage.graph.names import parse_tensor_name
 from smartstage.passes.input_tasks import COPY_SCOPE, MARKER, StageInputPlacement
 from smartstage.runtime.metadata import STAGES_COLLECTION, StageRecord, stage_defs
+from smartstage.session.graft import import_new_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -64,39 +64,6 @@ def _exists(graph: tf.Graph, name: str) -> bool:
     except KeyError:
         return False
     return True
-
-
-def _import(graph: tf.Graph, nodes: list[node_def_pb2.NodeDef]) -> None:
-    """Imports `nodes` into `graph` under their own names, their inputs outside `nodes` mapped to the live ops."""
-    names = {n.name for n in nodes}
-    input_map: dict[str, tf.Tensor] = {}
-    outside_control: dict[str, list[str]] = {}  # import_graph_def maps control inputs to tensors only
-    graph_def = graph_pb2.GraphDef()
-    graph_def.versions.CopyFrom(graph.graph_def_versions)
-    for node in nodes:
-        copy = graph_def.node.add()
-        copy.CopyFrom(node)
-        del copy.input[:]
-        for raw in node.input:
-            t = parse_tensor_name(raw)
-            if t.is_control and t.node not in names:
-                outside_control.setdefault(node.name, []).append(t.node)
-                continue
-            copy.input.append(raw)
-            if not t.is_control and t.node not in names:
-                input_map[f"{t.node}:{t.port}"] = graph.get_operation_by_name(t.node).outputs[t.port]
-    with graph.as_default(), graph.device(None), graph.control_dependencies(None), \
-            graph.colocate_with(None, ignore_existing=True):
-        tf.graph_util.import_graph_def(graph_def, input_map=input_map, name="")
-    for node in nodes:
-        try:
-            op = graph.get_operation_by_name(node.name)
-        except KeyError:  # import_graph_def renames on a clash; the checks above make that a bug
-            raise GraphError(f"node {node.name!r} of the input-task placement was not imported under its own name "
-                             "(an optimizer bug; please report it)") from None
-        op._set_device(node.device)  # noqa: SLF001  (colocation handling on import may have reset it)
-        if node.name in outside_control:
-            op._add_control_inputs([graph.get_operation_by_name(c) for c in outside_control[node.name]])  # noqa: SLF001
 
 
 def _repoint(graph: tf.Graph, result, added: set[str]) -> int:
@@ -140,7 +107,7 @@ def apply_input_tasks(graph: tf.Graph, result) -> list[str]:
         return []
     nodes = _added_by_pass(result, placed, graph)
     if nodes:
-        _import(graph, nodes)
+        import_new_nodes(graph, nodes, "the input-task placement")
     repointed = _repoint(graph, result, {n.name for n in nodes})
     _raise_num_threads(graph, result, placed)
     notes = []
