@@ -9,7 +9,7 @@ from tensorflow.core.protobuf import config_pb2
 
 import smartstage.runtime as ss
 from smartstage.runtime.callables import ProducerRuns
-from tests.runtime.helpers import drain, range_input
+from tests.runtime.helpers import drain, range_input, wait_until
 
 OPTIONS = config_pb2.RunOptions(timeout_in_ms=20000)
 
@@ -18,10 +18,11 @@ def test_runs_give_what_run_gives_and_make_one_callable_per_fetch_list(graph):
     queue = tf.queue.FIFOQueue(4, [tf.int64], shapes=[[]])
     x = tf.compat.v1.placeholder_with_default(tf.constant(5, tf.int64), [])
     put = queue.enqueue([x * 2])
-    size = queue.size()
+    with tf.control_dependencies([put]):  # the size after this run's put (one run, no race)
+        size = queue.size()
     with tf.compat.v1.Session(graph=graph) as sess:
         runs = ProducerRuns(sess)
-        assert runs.run([put, size], OPTIONS) == [None, 1]
+        assert runs.run([put, size], OPTIONS) == [None, 1]  # what sess.run([put, size]) gives
         assert runs.run([put, size], OPTIONS) == [None, 2]
         assert runs.prepare([put, size], OPTIONS) is runs.prepare([put, size], OPTIONS)
         assert runs.run([put, size], OPTIONS, feed={x: np.int64(1)}) == [None, 3]  # a feed: through run()
@@ -51,7 +52,11 @@ def test_lanes_are_warmed_before_their_first_ticket(graph):
     with tf.compat.v1.Session(graph=graph) as sess, ss.start_prefetch_threads(sess) as threads:
         assert [int(v) for v in drain(sess, y)] == [3 * i for i in range(10)]
         producer = threads._stages[0].producer  # noqa: SLF001
-        made = {names for names, _ in producer.runs._callables}  # noqa: SLF001
+
+        def warmed() -> bool:
+            made = {names for names, _ in list(producer.runs._callables)}  # noqa: SLF001
+            return all({(lane.hand_in.name,), (lane.enqueue.name,), (lane.occupancy.name,)} <= made
+                       for lane in producer.lanes.lanes)
+
+        wait_until(warmed, "every lane's callables")  # each lane's thread makes them as it starts
     assert len(producer.lanes.lanes) == 4 and producer.lane_batches[1:] == [0, 0, 0]
-    for lane in producer.lanes.lanes:
-        assert (lane.hand_in.name,) in made and (lane.enqueue.name,) in made and (lane.occupancy.name,) in made
