@@ -40,10 +40,12 @@ class ProducerRuns:
         self.sess = sess
         self._base = _base_session(sess) if enabled else None
         self._lock = threading.Lock()
-        self._callables: dict[tuple, object] = {}
+        self._callables: dict[tuple, tuple[object, config_pb2.RunOptions]] = {}  # key -> (callable, its options)
 
     def _key(self, fetches: list, options: config_pb2.RunOptions) -> tuple:
-        return tuple(f.name for f in fetches), options.SerializeToString(deterministic=True)
+        # The options are the stage's own RunOptions objects, which live as long as the producer (each
+        # callable keeps its object, so an id is never reused while cached); no serialization per run.
+        return tuple(f.name for f in fetches), id(options)
 
     def prepare(self, fetches: list, options: config_pb2.RunOptions):
         """Makes (once) the callable of `fetches` (tensors and operations); None when runs go through run()."""
@@ -51,8 +53,10 @@ class ProducerRuns:
             return None
         key = self._key(fetches, options)
         found = self._callables.get(key)
-        if found is not None or session_closed(self._base):
-            return found
+        if found is not None:
+            return found[0]
+        if session_closed(self._base):
+            return None
         callable_options = config_pb2.CallableOptions(
             fetch=[f.name for f in fetches if isinstance(f, tf.Tensor)],
             target=[f.name for f in fetches if isinstance(f, tf.Operation)], run_options=options)
@@ -63,7 +67,7 @@ class ProducerRuns:
             self._base = None  # a session that cannot: run() from now on
             return None
         with self._lock:
-            return self._callables.setdefault(key, made)
+            return self._callables.setdefault(key, (made, options))[0]
 
     def run(self, fetches: list, options: config_pb2.RunOptions, feed: dict | None = None) -> list:
         """The values of `fetches` (None for an operation), as `sess.run(fetches, feed, options)` gives them."""

@@ -229,14 +229,15 @@ def build_lane(index: int, buffer: tf.Tensor, values: list[tf.Tensor], waits: li
     return Lane(enqueue, move, occupancy, size, discard)
 
 
-def _lane(index: int, put: tf.Operation, split: PrefetchSplit, buffer: tf.Tensor, components: list[tf.Tensor],
-          waits: list[tf.Operation]) -> Lane:
-    """Lane `index`, with its own copy of the body fed by the head inside TensorFlow when the head hands
-    anything over (runtime/handoff.py); otherwise the body's run reads the originals."""
-    if not split.cut:
+def _lane(index: int, put: tf.Operation, split: PrefetchSplit, body: list[tf.Operation] | None, buffer: tf.Tensor,
+          components: list[tf.Tensor], waits: list[tf.Operation]) -> Lane:
+    """Lane `index`, with its own copy of `body` fed by the head inside TensorFlow when the head hands
+    anything over (runtime/handoff.py; `body` is None when it hands nothing); otherwise the body's run
+    reads the originals."""
+    if body is None:
         return build_lane(index, buffer, components, waits)
     with tf.compat.v1.name_scope(f"lane_{index}") as scope:
-        hand = build_hand_off(put, body_to_copy(put, split.head_ops, split.cut), split.cut, waits)
+        hand = build_hand_off(put, body, split.cut, waits)
         with tf.compat.v1.name_scope("bytes"):  # tf.size's "Size" would take the lane's "size" (names ignore case)
             total = _batch_bytes(hand.values)
         batch_bytes = tf.identity(total, name="batch_bytes")
@@ -266,7 +267,8 @@ def lane_graph(graph: tf.Graph, stage_name: str, put: tf.Operation, buffer: tf.T
         scope = graph.unique_name(base, mark_as_used=False)
         with tf.compat.v1.name_scope(scope + "/"), tf.device(put.device):
             waits = [c for c in put.control_inputs if c.name not in split.head_ops]
-            lanes = [_lane(index, put, split, buffer, components, waits) for index in range(count)]
+            body = body_to_copy(put, split.head_ops, split.cut) if split.cut else None  # once for every lane
+            lanes = [_lane(index, put, split, body, buffer, components, waits) for index in range(count)]
             targets = tf.group(*split.head_targets, name="head_targets") if split.head_targets else None
             batch_bytes = tf.identity(_batch_bytes(components), name="batch_bytes")
             with tf.control_dependencies([put]):
