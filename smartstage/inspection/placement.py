@@ -242,9 +242,10 @@ def placement_of_node(placements: tuple[StagePlacement, ...], view: GraphView, n
             continue
         index = [t.task for t in p.tasks].index(task)
         lanes = _lanes_text(p, p.tasks[index])
-        copies = [f"{p.stage}/{COPY_SCOPE.format(i)}/{name}" for i in range(1, len(p.tasks))]
-        copies = [c for c in copies if c in view]
-        numbers = ", ".join(c.split(f"{p.stage}/input_task_", 1)[1].split("/", 1)[0] for c in copies)
+        found = [(i, f"{p.stage}/{COPY_SCOPE.format(i)}/{name}") for i in range(1, len(p.tasks))]
+        found = [(i, c) for i, c in found if c in view]
+        copies = [c for _, c in found]
+        numbers = ", ".join(str(i) for i, _ in found)
         also = (f"; its cop{'ies' if len(copies) > 1 else 'y'} on task{'s' if len(copies) > 1 else ''} {numbers}: "
                 f"{', '.join(copies[:3])}{', ...' if len(copies) > 3 else ''}" if copies else "")
         return f"{name!r} runs on {task} ({lanes}) for stage {p.stage!r}{also}"
