@@ -11,7 +11,7 @@ Stock TensorFlow hands the config to a stock Session, which rejects the DeepRec-
 (`TypeError: Argument config must be a tf.ConfigProto`) and ignores the SmartStage flags of a stock
 one. Here each API reads the flags (options_from_config), rewrites the live graph before its first
 step (smartstage.session.prepare_graph, once per graph: a graph an earlier session rewrote stays
-rewritten) and gives TensorFlow the stock config (to_session_config):
+rewritten) and gives TensorFlow the stock config with a prefetch pool (session_config):
 
     ChiefSessionCreator, WorkerSessionCreator    rewrite in create_session()
     MonitoredSession, SingularMonitoredSession   rewrite before the hooks' begin(); the prefetch hook is
@@ -26,16 +26,16 @@ from typing import Any, Iterable
 
 import tensorflow as _tf
 
-from smartstage.config.options import options_from_config, to_session_config
+from smartstage.config.options import options_from_config
 from smartstage.session.monitored import SmartMonitoredSession, smart_hooks
-from smartstage.session.session import prepare_graph
+from smartstage.session.session import prepare_graph, session_config
 
 logger = logging.getLogger(__name__)
 _train = _tf.compat.v1.train
 
 
-def _stock(config):
-    return None if config is None else to_session_config(config)
+def _stock(config, master=""):
+    return session_config(config, master)
 
 
 class ChiefSessionCreator(_train.ChiefSessionCreator):
@@ -48,7 +48,7 @@ class ChiefSessionCreator(_train.ChiefSessionCreator):
     def __init__(self, scaffold=None, master="", config=None, checkpoint_dir=None,
                  checkpoint_filename_with_path=None):
         self.smart_stage_config = config
-        super().__init__(scaffold=scaffold, master=master, config=_stock(config), checkpoint_dir=checkpoint_dir,
+        super().__init__(scaffold=scaffold, master=master, config=_stock(config, master), checkpoint_dir=checkpoint_dir,
                          checkpoint_filename_with_path=checkpoint_filename_with_path)
 
     def create_session(self):
@@ -65,7 +65,7 @@ class WorkerSessionCreator(_train.WorkerSessionCreator):
 
     def __init__(self, scaffold=None, master="", config=None, max_wait_secs=30 * 60):
         self.smart_stage_config = config
-        super().__init__(scaffold=scaffold, master=master, config=_stock(config), max_wait_secs=max_wait_secs)
+        super().__init__(scaffold=scaffold, master=master, config=_stock(config, master), max_wait_secs=max_wait_secs)
 
     def create_session(self):
         prepare_graph(_tf.compat.v1.get_default_graph(), options_from_config(self.smart_stage_config))
@@ -82,7 +82,7 @@ def _creator_config(session_creator) -> Any:
     if config is not None:
         # Its stock Session would reject an ss.ConfigProto, and Grappler logs an error for the unknown
         # SmartStage entry of a stock one; the flags are applied here instead.
-        session_creator._config = to_session_config(config)  # noqa: SLF001
+        session_creator._config = _stock(config, getattr(session_creator, "_master", ""))  # noqa: SLF001
     return config
 
 
@@ -117,7 +117,7 @@ def SingularMonitoredSession(hooks=None, scaffold=None, master="", config=None, 
     options = options_from_config(config)
     record, mapper, hooks, _ = smart_hooks(_tf.compat.v1.get_default_graph(), options, hooks, (), True, targets)
     session = _train.SingularMonitoredSession(
-        hooks=hooks, scaffold=scaffold, master=master, config=_stock(config), checkpoint_dir=checkpoint_dir,
+        hooks=hooks, scaffold=scaffold, master=master, config=_stock(config, master), checkpoint_dir=checkpoint_dir,
         stop_grace_period_secs=stop_grace_period_secs, checkpoint_filename_with_path=checkpoint_filename_with_path)
     return SmartMonitoredSession(session, mapper, record)
 
@@ -136,5 +136,5 @@ class Supervisor(_train.Supervisor):
                                     max_wait_secs=7200, start_standard_services=True):
         prepare_graph(self._graph, options_from_config(config))  # noqa: SLF001  (the Supervisor's own graph)
         return super().prepare_or_wait_for_session(
-            master=master, config=_stock(config), wait_for_checkpoint=wait_for_checkpoint,
+            master=master, config=_stock(config, master), wait_for_checkpoint=wait_for_checkpoint,
             max_wait_secs=max_wait_secs, start_standard_services=start_standard_services)

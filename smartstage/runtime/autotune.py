@@ -10,6 +10,10 @@ once the buffer neither fills nor drains). What is decided (Tuner), as tf.data's
 start with one lane; while the buffer runs empty (the step waits for input), try one lane more and
 keep it when steps/s rose by more than the noise margin, else go back and settle; capacity grows while
 the buffer still runs dry at the chosen lane count, never above what `max_buffered_bytes` allows.
+Then the pool, when it is AUTOTUNE and the session has a prefetch pool (runtime/pools.py): longer
+windows alternate the prefetch runs between the shared pool and their own (own, shared, own, ...), and
+the own pool is kept only when it ran faster than the shared one in most pairs and by more than
+POOL_MARGIN in the median pair (alternating, so a machine whose load drifts favours neither).
 After settling it keeps watching: three windows in a row with the buffer running empty at a pace
 beyond the margin re-open the search (a full buffer at a new pace is the step's pace: nothing to tune). Every
 change happens between two batches (no step waits for it). The settled choice is logged once and
@@ -34,6 +38,9 @@ GAIN_MARGIN = 0.06     # a change must buy more than this fraction of steps/s to
 RETUNE_MARGIN = 0.25   # after settling, a throughput change this large re-opens the search ...
 RETUNE_WINDOWS = 3     # ... when it lasts this many windows in a row
 EMPTY_FRACTION = 0.3   # the buffer held at most one batch after this fraction of moves: input-bound
+POOL_PAIRS = 3         # (own, shared) window pairs of the pool trial
+POOL_WINDOW_SECONDS = 1.0  # a pool changes steps/s by a few percent: longer windows than the lanes' trials
+POOL_MARGIN = 0.03     # the own pool must win the median pair by more than this fraction
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,7 @@ class TuningDecision:
     settled: bool
     reason: str
     tried: tuple[tuple[int, int, float], ...] = ()   # (lanes, capacity, batches/s) per window tried
+    pool_tried: tuple[tuple[bool, float], ...] = ()  # (own pool, batches/s) per window of the pool trial
 
 
 @dataclass(frozen=True)
@@ -145,9 +153,9 @@ class StageMeter:
                     step_seconds=sum(steps) / len(steps) if steps else None,
                     head_seconds=w.head / n, body_seconds=w.body / n, batch_bytes=self.batch_bytes)
 
-    def window_full(self, now: float) -> bool:
+    def window_full(self, now: float, seconds: float = WINDOW_SECONDS) -> bool:
         w = self.window
-        return w.batches >= WINDOW_BATCHES and now - w.started >= WINDOW_SECONDS
+        return w.batches >= WINDOW_BATCHES and now - w.started >= seconds
 
     def close_window(self, now: float) -> _Window:
         with self._lock:
@@ -157,14 +165,16 @@ class StageMeter:
 
 
 class Tuner:
-    """Hill-climbs the lane count (and capacity) of one stage on measured batches/s.
+    """Hill-climbs the lane count (and capacity) of one stage on measured batches/s, then tries its pool.
 
-    tune_threads / tune_capacity: which settings are AUTOTUNE (explicit ones never change).
-    max_lanes: the lanes that exist; max_buffered_bytes: the cap on buffered bytes.
+    tune_threads / tune_capacity / tune_pool: which settings are AUTOTUNE (explicit ones never change;
+    tune_pool only when the session has a prefetch pool to try). max_lanes: the lanes that exist;
+    max_buffered_bytes: the cap on buffered bytes; own_pool: the pool in force (True: the prefetch pool).
     """
 
     def __init__(self, stage: str, threads: int, capacity: int, tune_threads: bool, tune_capacity: bool,
-                 max_lanes: int, max_buffered_bytes: int, own_pool: bool = False):
+                 max_lanes: int, max_buffered_bytes: int, own_pool: bool = False, tune_pool: bool = False,
+                 pool_note: str = ""):
         self.stage = stage
         self.threads = threads
         self.capacity = capacity
@@ -173,11 +183,19 @@ class Tuner:
         self.max_lanes = max_lanes
         self.max_buffered_bytes = max_buffered_bytes
         self.own_pool = own_pool
+        self.tune_pool = tune_pool
+        self.pool_note = pool_note  # why the pool is not tuned, when it is AUTOTUNE but cannot be (logged once settled)
         self.tried: list[tuple[int, int, float]] = []
+        self.pool_tried: list[tuple[bool, float]] = []
+        self._pool_trial: list[tuple[bool, float]] | None = None  # the windows of a pool trial under way
+        self._pool_decided = False
+        self._lanes_reason = ""
         self._best: tuple[int, int, float] | None = None
         self._settled_rate: float | None = None
-        self.settled = not (self.tune_threads or self.tune_capacity)
+        self.settled = not (self.tune_threads or self.tune_capacity or self.tune_pool)
         self.reason = "explicit settings" if self.settled else "measuring"
+        if self.settled and pool_note:
+            self.reason = f"explicit settings; {pool_note}"
         self._skip_next = True  # the first window after a change still holds the old setting's batches
         self._moved_windows = 0  # consecutive settled windows off the settled throughput
         self._trimming: tuple[int, int, float] | None = None  # (lanes, capacity, rate) before a trial with one lane less
@@ -195,7 +213,11 @@ class Tuner:
 
     def decision(self) -> TuningDecision:
         return TuningDecision(self.stage, self.threads, self.capacity, self.own_pool, self.settled,
-                              self.reason, tuple(self.tried))
+                              self.reason, tuple(self.tried), tuple(self.pool_tried))
+
+    def window_seconds(self) -> float:
+        """How long the current measurement window lasts (longer during the pool trial)."""
+        return POOL_WINDOW_SECONDS if self._pool_trial is not None else WINDOW_SECONDS
 
     def cap_capacity(self, batch_bytes: int) -> bool:
         """Applies the byte cap as soon as a batch's size is known; True when capacity shrank."""
@@ -209,7 +231,7 @@ class Tuner:
 
     def observe(self, window: _Window, rate: float, batch_bytes: int) -> bool:
         """One finished window; True when the settings changed."""
-        if not (self.tune_threads or self.tune_capacity):
+        if not (self.tune_threads or self.tune_capacity or self.tune_pool):
             return False
         limit = self.capacity_limit(batch_bytes)
         if self.cap_capacity(batch_bytes):
@@ -218,7 +240,11 @@ class Tuner:
             self._skip_next = False
             return False
         empty = window.empty / max(window.batches, 1)
+        if self._pool_trial is not None:
+            return self._pool_window(rate)
         self.tried.append((self.threads, self.capacity, round(rate, 2)))
+        if not (self.settled or self.tune_threads or self.tune_capacity):  # only the pool is AUTOTUNE
+            return self._settle(rate, "explicit lanes and capacity")
         if self.settled:
             return self._watch(rate, empty)
         if self._trimming is not None:
@@ -243,8 +269,7 @@ class Tuner:
                f"not more than {lanes} lanes / capacity {capacity} at {best_rate:.1f}")
         changed = (lanes, capacity) != (self.threads, self.capacity)
         self.threads, self.capacity = lanes, capacity
-        self._settle(best_rate, why)  # logs the setting it went back to
-        return changed
+        return self._settle(best_rate, why) or changed  # logs the setting it went back to
 
     def _trim_or_settle(self, rate: float) -> bool:
         """The buffer stays filled: the fewest lanes that keep it so win (a lane costs CPU the step could use;
@@ -269,10 +294,38 @@ class Tuner:
         return True
 
     def _settle(self, rate: float, why: str) -> bool:
+        """Lanes and capacity are chosen: settles, or first tries the pool (True: the pool changed)."""
+        if self.tune_pool and not self._pool_decided:
+            self._lanes_reason, self._pool_trial, self.own_pool = why, [], True
+            self.reason, self._skip_next = f"{why}; trying the prefetch pool against the shared one", True
+            return True  # the first window on the own pool is skipped: it makes that pool's executors
+        if self.pool_note:
+            why = f"{why}; {self.pool_note}"
         self.settled, self._settled_rate, self.reason, self._skip_next = True, rate, why, True
-        logger.info("stage %s: autotune settled on %d lanes, capacity %d (%.1f batches/s): %s",
-                    self.stage, self.threads, self.capacity, rate, why)
+        logger.info("stage %s: autotune settled on %d lanes, capacity %d, %s pool (%.1f batches/s): %s",
+                    self.stage, self.threads, self.capacity, "own" if self.own_pool else "shared", rate, why)
         return False
+
+    def _pool_window(self, rate: float) -> bool:
+        """One window of the pool trial: alternate until POOL_PAIRS (own, shared) pairs are measured, then decide."""
+        trial = self._pool_trial
+        trial.append((self.own_pool, rate))
+        self.pool_tried.append((self.own_pool, round(rate, 2)))
+        if len(trial) < 2 * POOL_PAIRS:
+            self.own_pool = not self.own_pool
+            return True
+        ratios = sorted(own / max(shared, 1e-9) for (_, own), (_, shared) in zip(trial[0::2], trial[1::2]))
+        median, wins = ratios[len(ratios) // 2], sum(r > 1.0 for r in ratios)
+        own = median > 1 + POOL_MARGIN and wins > len(ratios) / 2
+        pace = ", ".join(f"{r:.2f}" for r in ratios)
+        why = (f"{self._lanes_reason}; {'own' if own else 'shared'} pool: the prefetch pool ran {median:.2f}x the "
+               f"shared one in the median of {len(ratios)} alternating pairs ({pace}; kept above {1 + POOL_MARGIN:.2f}x "
+               f"in most pairs)")
+        changed, self.own_pool = self.own_pool != own, own
+        self._pool_trial, self._pool_decided = None, True
+        rates = [r for pool, r in trial if pool == own]
+        self._settle(sum(rates) / len(rates), why)
+        return changed
 
     def _watch(self, rate: float, empty: float) -> bool:
         """After settling: re-opens the search when the input became the bound at a new pace.
@@ -293,4 +346,6 @@ class Tuner:
         logger.info("stage %s: the input is the bound at %.1f batches/s (was %.1f); tuning again",
                     self.stage, rate, base)
         self.settled, self._best, self.reason = False, None, "the input became the bound; measuring again"
+        if self.tune_pool:  # the pool is tried again once the lanes settle at the new pace
+            self._pool_decided, self.own_pool = False, False
         return self._change(1 if self.tune_threads else self.threads, self.capacity, self.reason)

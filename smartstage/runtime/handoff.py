@@ -13,6 +13,11 @@ than without lanes. Stateful ops are all in the head (runtime/lanes.split_prefet
 stateful is copied.
 
 The copies cost graph size (the body's nodes once per lane), built when the prefetch threads start.
+
+Whether the body can be copied is decided before any lane op exists (copy_refusal: analysis only). A
+body that cannot be copied (an op reading a tensor inside a control-flow-v1 `tf.while_loop` that does
+not depend on the batch, so the copy would cross into the loop's frame; a NodeDef that does not import)
+leaves the stage on the fetch-and-feed path: correct, only slower.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tensorflow as tf
-from tensorflow.core.framework import graph_pb2
-from tensorflow.python.ops import gen_data_flow_ops
+from tensorflow.core.framework import function_pb2, graph_pb2
+from tensorflow.python.ops import control_flow_util, gen_data_flow_ops
+from tensorflow.python.ops import handle_data_util
 
 
 @dataclass(frozen=True)
@@ -62,16 +68,101 @@ def body_to_copy(put: tf.Operation, head_ops: frozenset[str], cut: tuple[tf.Tens
     return sorted(depends, key=lambda o: o._id)
 
 
-def _copy(ops: list[tf.Operation], input_map: dict) -> dict[tf.Operation, tf.Operation]:
-    """Imports `ops` once under `body/` of the current name scope; original op -> copy."""
+def _body_def(ops: list[tf.Operation]) -> graph_pb2.GraphDef:
     graph_def = graph_pb2.GraphDef()
     for op in ops:
         node = graph_def.node.add()
         node.CopyFrom(op.node_def)
         node.attr.pop("_class", None)  # colocation names the originals' ops; the device is kept as is
-    copies = tf.graph_util.import_graph_def(graph_def, input_map=input_map,
+    return graph_def
+
+
+def _copy(ops: list[tf.Operation], input_map: dict) -> dict[tf.Operation, tf.Operation]:
+    """Imports `ops` once under `body/` of the current name scope; original op -> copy."""
+    copies = tf.graph_util.import_graph_def(_body_def(ops), input_map=input_map,
                                             return_elements=[op.name for op in ops], name="body")
     return dict(zip(ops, copies))
+
+
+def _loop_crossing(ops: list[tf.Operation]) -> str:
+    """The first copied op that would read a tensor inside a control-flow-v1 while loop it is not part of.
+
+    A copy is imported outside every control-flow context, and TensorFlow refuses an input from inside a
+    while loop there (control_flow_util.CheckInputFromValidContext; Enter and Switch are the exceptions it
+    makes): the loop's counter, which does not depend on the batch, stays the original's.
+    """
+    copied = set(ops)
+    for op in ops:
+        if control_flow_util.IsLoopEnter(op) or control_flow_util.IsSwitch(op):
+            continue
+        for tensor in op.inputs:
+            context = None if tensor.op in copied else control_flow_util.GetOutputContext(tensor.op)
+            if context is not None and control_flow_util.GetContainingWhileContext(context) is not None:
+                return (f"{op.name}: reads '{tensor.name}' inside a control-flow-v1 while loop that the copy "
+                        "cannot enter")
+    return ""
+
+
+def _functions(graph: tf.Graph, nodes) -> function_pb2.FunctionDefLibrary:
+    """The graph's functions that `nodes` call, directly or through other functions (op types, func attrs)."""
+    library = function_pb2.FunctionDefLibrary()
+    seen: set[str] = set()
+    todo = list(nodes)
+    while todo:
+        node = todo.pop()
+        names = [node.op] + [a.func.name for a in node.attr.values() if a.HasField("func")]
+        names += [f.name for a in node.attr.values() if a.HasField("list") for f in a.list.func]
+        for name in names:
+            if name and name not in seen and graph._is_function(name):  # noqa: SLF001
+                seen.add(name)
+                definition = graph._get_function(name).definition  # noqa: SLF001
+                library.function.add().CopyFrom(definition)
+                todo.extend(definition.node_def)
+    return library
+
+
+def _failed_op(error: Exception, ops: list[tf.Operation]) -> str:
+    """`<op>: <cause>` with the copied op the message names, when it names one."""
+    cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    named = [op.name for op in ops if f"'{op.name}'" in cause or f"/{op.name}'" in cause]
+    return f"{max(named, key=len)}: {cause}" if named else cause
+
+
+def _import_refusal(ops: list[tf.Operation]) -> str:
+    """Imports the body's NodeDefs into a scratch graph whose outside inputs are placeholders of the same
+    dtypes and shapes (NoOps for control inputs): what the lane copy's import would refuse, found without
+    adding an op to the user's graph."""
+    copied = set(ops)
+    scratch = tf.Graph()
+    graph_def = _body_def(ops)
+    graph_def.library.CopyFrom(_functions(ops[0].graph, graph_def.node))
+    with scratch.as_default():
+        input_map: dict = {}
+        for op in ops:
+            for tensor in op.inputs:
+                if tensor.op not in copied and tensor.name not in input_map:
+                    outside = tf.compat.v1.placeholder(tensor.dtype.base_dtype, tensor.shape)
+                    handle_data_util.copy_handle_data(tensor, outside)  # a table's or variable's handle data
+                    input_map[tensor.name] = outside
+            for control in op.control_inputs:
+                if control not in copied:
+                    input_map.setdefault("^" + control.name, tf.no_op())
+        try:
+            tf.graph_util.import_graph_def(graph_def, input_map=input_map, name="body")
+        except Exception as error:  # noqa: BLE001  any refusal leaves the stage on the feed path, never wrong
+            return _failed_op(error, ops)
+    return ""
+
+
+def copy_refusal(ops: list[tf.Operation]) -> str:
+    """Why a lane cannot have its own copy of `ops` ("": it can). Analysis only: nothing is built.
+
+        before:  body [while/Merge_1, ...] reading while/Enter (the loop counter, not copied)
+        after:   "while/Merge_1: reads 'while/Enter:0' inside a control-flow-v1 while loop ..."
+    """
+    if not ops:
+        return ""
+    return _loop_crossing(ops) or _import_refusal(ops)
 
 
 def build_hand_off(put: tf.Operation, ops: list[tf.Operation], cut: tuple[tf.Tensor, ...],
@@ -107,4 +198,4 @@ def build_hand_off(put: tf.Operation, ops: list[tf.Operation], cut: tuple[tf.Ten
     return HandOff(hand_in, values, [copies.get(w, w) for w in waits], size, discard)
 
 
-__all__ = ["HandOff", "body_to_copy", "build_hand_off"]
+__all__ = ["HandOff", "body_to_copy", "build_hand_off", "copy_refusal"]

@@ -33,7 +33,7 @@ from tensorflow.python.ops import gen_data_flow_ops
 from smartstage.graph.op_types import HANDLE_OPS, ORDER_FREE_STATEFUL_OPS
 from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.autotune import AUTOTUNE
-from smartstage.runtime.handoff import body_to_copy, build_hand_off
+from smartstage.runtime.handoff import body_to_copy, build_hand_off, copy_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -268,6 +268,11 @@ def lane_graph(graph: tf.Graph, stage_name: str, put: tf.Operation, buffer: tf.T
         with tf.compat.v1.name_scope(scope + "/"), tf.device(put.device):
             waits = [c for c in put.control_inputs if c.name not in split.head_ops]
             body = body_to_copy(put, split.head_ops, split.cut) if split.cut else None  # once for every lane
+            refusal = copy_refusal(body) if body else ""
+            if refusal:  # the lanes fetch the head's values and feed them: correct, only slower
+                logger.warning("stage %s: the lanes feed the head's values instead of copying the body (%s)",
+                               stage_name, refusal)
+                body = None
             lanes = [_lane(index, put, split, body, buffer, components, waits) for index in range(count)]
             targets = tf.group(*split.head_targets, name="head_targets") if split.head_targets else None
             batch_bytes = tf.identity(_batch_bytes(components), name="batch_bytes")

@@ -307,10 +307,11 @@ class OrderedProducer:
 
     def _tune(self) -> None:
         now = time.monotonic()
-        if not self.meter.window_full(now):
+        if not self.meter.window_full(now, self.tuner.window_seconds()):
             return
         window = self.meter.close_window(now)
         if self.tuner.observe(window, self.meter.last_rate, self.meter.batch_bytes):
-            logger.debug("stage %s: autotune tries %d lanes, capacity %d (%s)", self.stage.name,
-                         self.tuner.threads, self.tuner.capacity, self.tuner.reason)
+            logger.debug("stage %s: autotune tries %d lanes, capacity %d, %s pool (%s)", self.stage.name,
+                         self.tuner.threads, self.tuner.capacity, "own" if self.tuner.own_pool else "shared",
+                         self.tuner.reason)
             self.apply(self.tuner.threads, self.tuner.capacity)

@@ -110,16 +110,19 @@ def _feed_defs(
     return pairs
 
 
-def _check_arguments(capacity, num_threads, num_clients, timeout_millis, pool_id, stream_id,
+def _check_arguments(capacity, num_threads, num_clients, timeout_millis, use_pool, pool_id, stream_id,
                      max_buffered_bytes) -> None:
     for label, value in (("capacity", capacity), ("num_threads", num_threads)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or (value < 1 and value != AUTOTUNE):
             raise ConfigError(f"staged(): {label}={value!r}; pass an integer >= 1 or smartstage.AUTOTUNE")
+    if not isinstance(use_pool, (bool, np.bool_)) and use_pool != AUTOTUNE:
+        raise ConfigError(f"staged(): use_stage_subgraph_thread_pool={use_pool!r}; pass True, False or "
+                          "smartstage.AUTOTUNE")
     for label, value, least in (
         ("max_buffered_bytes", 1 if max_buffered_bytes is None else max_buffered_bytes, 1),
         ("num_clients", num_clients, 1),
         ("timeout_millis", timeout_millis, 1),
-        ("stage_subgraph_thread_pool_id", pool_id, 0),
+        ("stage_subgraph_thread_pool_id", 0 if pool_id == AUTOTUNE else pool_id, 0),
         ("stage_subgraph_stream_id", stream_id, 0),
     ):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
@@ -135,7 +138,7 @@ def staged(
     timeout_millis: int = 300000,
     closed_exception_types=(tf.errors.OutOfRangeError,),
     ignored_exception_types=(),
-    use_stage_subgraph_thread_pool: bool = False,
+    use_stage_subgraph_thread_pool: bool | int = AUTOTUNE,
     stage_subgraph_thread_pool_id: int = 0,
     stage_subgraph_stream_id: int = 0,
     name: str | None = None,
@@ -167,11 +170,15 @@ def staged(
         When every prefetch thread ended with one, the buffer closes: the main side takes what is
         buffered, then gets OutOfRangeError.
     ignored_exception_types: errors after which a prefetch thread logs and goes on.
-    use_stage_subgraph_thread_pool / stage_subgraph_thread_pool_id: prefetch runs use
+    use_stage_subgraph_thread_pool / stage_subgraph_thread_pool_id: True: prefetch runs use
         `RunOptions(inter_op_thread_pool=stage_subgraph_thread_pool_id)`, i.e. the session's
         `ConfigProto.session_inter_op_thread_pool[stage_subgraph_thread_pool_id]`. Starting the
         prefetch threads fails with StageRuntimeError when the session has no such pool. Once any
-        pool is configured, main-side steps run on pool 0, so give the stage pool 1.
+        pool is configured, main-side steps run on pool 0, so give the stage pool 1. False: the
+        session's pool, shared with the steps. AUTOTUNE (the default): the runtime tries the session's
+        last pool against the shared one while training and keeps the faster (runtime/pools.py: the
+        sessions SmartStage makes have one; a session with a single pool keeps the shared one);
+        recorded as stage_subgraph_thread_pool_id = AUTOTUNE.
     stage_subgraph_stream_id: recorded on the stage for the GPU multi-stream pass.
     name: the stage's name scope (default "stage", made unique in the graph).
     deterministic: True (default): input order at every num_threads. False: the explicit opt-out,
@@ -188,8 +195,10 @@ def staged(
         after:   x, y = ss.staged([x, y], capacity=2)   # + hooks=[ss.make_prefetch_hook()]
     """
     check_staged_arguments(features, feed_dict, name)
-    _check_arguments(capacity, num_threads, num_clients, timeout_millis,
+    _check_arguments(capacity, num_threads, num_clients, timeout_millis, use_stage_subgraph_thread_pool,
                      stage_subgraph_thread_pool_id, stage_subgraph_stream_id, max_buffered_bytes)
+    tune_pool = stage_subgraph_thread_pool_id == AUTOTUNE or (
+        not isinstance(use_stage_subgraph_thread_pool, (bool, np.bool_)) and use_stage_subgraph_thread_pool == AUTOTUNE)
     closed_codes = error_codes(closed_exception_types, "staged(closed_exception_types=...)")
     ignored_codes = error_codes(ignored_exception_types, "staged(ignored_exception_types=...)")
     overlap = set(closed_codes) & set(ignored_codes)
@@ -263,8 +272,8 @@ def staged(
         timeout_millis=int(timeout_millis),
         closed_error_codes=closed_codes,
         ignored_error_codes=ignored_codes,
-        use_stage_subgraph_thread_pool=bool(use_stage_subgraph_thread_pool),
-        stage_subgraph_thread_pool_id=int(stage_subgraph_thread_pool_id),
+        use_stage_subgraph_thread_pool=False if tune_pool else bool(use_stage_subgraph_thread_pool),
+        stage_subgraph_thread_pool_id=AUTOTUNE if tune_pool else int(stage_subgraph_thread_pool_id),
         stage_subgraph_stream_id=int(stage_subgraph_stream_id),
         feeds=[FeedDef(placeholder=p.name, tensor=t.name) for p, t in feeds],
         origin="staged",

@@ -29,6 +29,7 @@ from smartstage.runtime.autotune import AUTOTUNE, DEFAULT_MAX_BUFFERED_BYTES, Pi
 from smartstage.runtime.control import CONTROL_RUN_MILLIS, quiet_run, session_closed, wait_below
 from smartstage.runtime.lanes import LaneGraph, lane_count, lane_graph
 from smartstage.runtime.ordered import OrderedProducer
+from smartstage.runtime.pools import tunable_pool
 from smartstage.runtime.remote import named_task_error, remote_lane_graph, remote_plan
 from smartstage.runtime.sharded import ShardedProducer
 
@@ -77,21 +78,18 @@ class StageThreads:
         self.stale_mark = self._op(graph, "stale_mark_node")
         self.placeholders = [self._tensor(graph, f.placeholder) for f in stage_def.feeds]
         self.feed_values = [self._tensor(graph, f.tensor) for f in stage_def.feeds]
-        self.run_options = config_pb2.RunOptions()
-        if stage_def.use_stage_subgraph_thread_pool:
-            self.run_options.inter_op_thread_pool = stage_def.stage_subgraph_thread_pool_id
         self.timeout_seconds = max(stage_def.timeout_millis, 1) / 1000.0
         self.closed_codes = set(stage_def.closed_error_codes)
         self.ignored_codes = set(stage_def.ignored_error_codes)
         size_op = self._op(graph, "size_node")
         self.size = size_op.outputs[0] if size_op is not None else None
         self.ordered = not stage_def.unordered
-        self.tuner = self._tuner()
+        self.remote = remote_plan(graph, self.name) if self.ordered else None  # on input tasks (remote.py)
+        self._options, self.tuner = self._pools_and_tuner()
+        self._remote_options = self.remote.run_options(self.run_options) if self.remote is not None else None
         self.meter = StageMeter()
         self.lanes: LaneGraph | None = None
         self.producer: OrderedProducer | None = None
-        self.remote = remote_plan(graph, self.name) if self.ordered else None  # on input tasks (remote.py)
-        self.body_run_options = self.run_options if self.remote is None else self.remote.run_options(self.run_options)
         if self.ordered:
             count = lane_count(stage_def)
             if self.remote is not None:
@@ -119,13 +117,39 @@ class StageThreads:
     def threads(self) -> list[threading.Thread]:
         return self.producer.threads if self.producer is not None else self._threads
 
-    def _tuner(self) -> Tuner:
+    @property
+    def run_options(self) -> config_pb2.RunOptions:
+        """The options of this stage's prefetch runs: the pool in force (the tuner may switch it between batches)."""
+        return self._options[self.tuner.own_pool]
+
+    @property
+    def body_run_options(self) -> config_pb2.RunOptions:
+        return self._remote_options if self._remote_options is not None else self.run_options
+
+    def _pools_and_tuner(self) -> tuple[dict[bool, config_pb2.RunOptions], Tuner]:
+        """The run options per pool (False: shared, True: the stage's own) and the tuner of lanes, capacity, pool."""
         d = self.stage_def
+        shared, options = config_pb2.RunOptions(), {}
+        options[False] = shared
+        tune_pool, note = False, ""
+        if d.stage_subgraph_thread_pool_id == AUTOTUNE:
+            own = tunable_pool(getattr(self.sess, "_config", None))
+            if own is None:
+                note = ("shared pool: the session has one inter-op pool (sessions SmartStage makes get a prefetch "
+                        "pool; give a plain Session two session_inter_op_thread_pool entries)")
+            elif not self.ordered or self.remote is not None:
+                note = "shared pool: the pool is tuned for ordered stages in this process only"
+            else:
+                options[True], tune_pool = config_pb2.RunOptions(inter_op_thread_pool=own), True
+        elif d.use_stage_subgraph_thread_pool:
+            options[True] = config_pb2.RunOptions(inter_op_thread_pool=d.stage_subgraph_thread_pool_id)
         tune_threads, tune_capacity = d.num_threads == AUTOTUNE, d.capacity == AUTOTUNE
-        return Tuner(self.name, 1 if tune_threads else max(d.num_threads, 1),
-                     AUTOTUNE_START_CAPACITY if tune_capacity else int(d.capacity), tune_threads, tune_capacity,
-                     max_lanes=lane_count(d) or 1, max_buffered_bytes=d.max_buffered_bytes or DEFAULT_MAX_BUFFERED_BYTES,
-                     own_pool=d.use_stage_subgraph_thread_pool)
+        tuner = Tuner(self.name, 1 if tune_threads else max(d.num_threads, 1),
+                      AUTOTUNE_START_CAPACITY if tune_capacity else int(d.capacity), tune_threads, tune_capacity,
+                      max_lanes=lane_count(d) or 1, max_buffered_bytes=d.max_buffered_bytes or DEFAULT_MAX_BUFFERED_BYTES,
+                      own_pool=bool(d.use_stage_subgraph_thread_pool) and d.stage_subgraph_thread_pool_id != AUTOTUNE,
+                      tune_pool=tune_pool, pool_note=note)
+        return options, tuner
 
     def stats(self) -> PipelineStats:
         """The stage's pipeline now: last window's measurements, the settings in force, the decision."""
@@ -247,7 +271,7 @@ class StageThreads:
         return found[0].outputs[0] if found else None
 
     def check_thread_pool(self) -> None:
-        if not self.stage_def.use_stage_subgraph_thread_pool:
+        if not self.stage_def.use_stage_subgraph_thread_pool or self.stage_def.stage_subgraph_thread_pool_id == AUTOTUNE:
             return
         pool_id = self.stage_def.stage_subgraph_thread_pool_id
         config = getattr(self.sess, "_config", None)

@@ -7,7 +7,7 @@
 Creating it (before any hook's begin() and any step) checks that a graph with stages has the
 prefetch hook (DeepRec requires it; a missing one raises StageRuntimeError instead of a hang),
 then rewrites the default graph when the config's flags are on (smartstage.session.prepare_graph),
-then creates the stock session with the stock ConfigProto fields (to_session_config).
+then creates the stock session with the stock ConfigProto fields and a prefetch pool (session_config).
 The returned SmartMonitoredSession maps fetches of moved tensors to the take outputs that carry
 them; so do the user's hooks (each wrapped so its SessionRunArgs are mapped) and a run_step_fn's
 runs. A last hook rewires ops that the hooks built in begin() (adopt_late_ops).
@@ -20,13 +20,13 @@ from typing import Iterable
 import tensorflow as tf
 from tensorflow.python.training import monitored_session
 
-from smartstage.config.options import SmartStageOptions, options_from_config, to_session_config
+from smartstage.config.options import SmartStageOptions, options_from_config
 from smartstage.errors import StageRuntimeError
 from smartstage.session.fetches import FetchMapper
 from smartstage.session.record import LiveRewrite
 from smartstage.session.live_rewrite import adopt_late_ops
 from smartstage.runtime import PrefetchHook, stage_defs
-from smartstage.session.session import prepare_graph
+from smartstage.session.session import prepare_graph, session_config
 
 USE_DEFAULT = monitored_session.USE_DEFAULT
 
@@ -220,7 +220,7 @@ def MonitoredTrainingSession(  # noqa: N802  (TensorFlow's name)
         master=master, is_chief=is_chief, checkpoint_dir=checkpoint_dir, scaffold=scaffold, hooks=hooks,
         chief_only_hooks=chief_only_hooks, save_checkpoint_secs=save_checkpoint_secs,
         save_summaries_steps=save_summaries_steps, save_summaries_secs=save_summaries_secs,
-        config=to_session_config(config) if config is not None else None,
+        config=session_config(config, master),
         stop_grace_period_secs=stop_grace_period_secs, log_step_count_steps=log_step_count_steps,
         max_wait_secs=max_wait_secs, save_checkpoint_steps=save_checkpoint_steps, summary_dir=summary_dir,
         save_graph_def=save_graph_def,

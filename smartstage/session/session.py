@@ -13,7 +13,8 @@ session's live tf.Graph in place, once per graph, before the first step (smartst
 Every handle the user holds keeps working because nothing is removed or renamed. Fetches (also a
 hook's SessionRunArgs and a step_fn's runs) of a tensor that moved to the prefetch side are served
 by the take output that carries it; anything else there raises TargetError naming the node.
-The stock ConfigProto fields reach TensorFlow (to_session_config); the SmartStage flags do not.
+The stock ConfigProto fields reach TensorFlow (session_config), with a prefetch inter-op pool added for a
+session in this process (runtime/pools.py: AUTOTUNE may run the stages there); the SmartStage flags do not.
 
 Prefetch threads:
 - MonitoredTrainingSession: DeepRec's rule, the prefetch hook is required. A graph with stages and
@@ -40,6 +41,7 @@ from smartstage.session.fetches import FetchMapper
 from smartstage.session.record import LiveRewrite, live_rewrite_of
 from smartstage.session.live_rewrite import adopt_late_ops, rewrite_live_graph
 from smartstage.runtime import PrefetchThreads, stage_defs, start_prefetch_threads
+from smartstage.runtime.pools import with_prefetch_pool
 from smartstage.runtime.reinit import ReinitWatch, fetch_ops
 from smartstage.runtime.runner import STOP_JOIN_SECONDS
 from smartstage.runtime.remote import prepare_all_lanes
@@ -87,6 +89,16 @@ class _RawSession:
         return tf.compat.v1.Session.run(self._session, *args, **kwargs)
 
 
+def session_config(config, target="") -> "tf.compat.v1.ConfigProto":
+    """The ConfigProto TensorFlow gets: `config`'s stock fields (to_session_config), and for a session in this
+    process a prefetch inter-op pool that AUTOTUNE may give the stages (runtime/pools.py).
+
+        before:  ss.ConfigProto(do_smart_stage=True)
+        after:   ConfigProto(session_inter_op_thread_pool=[main pool, prefetch pool])
+    """
+    return with_prefetch_pool(to_session_config(config), target)
+
+
 class Session(tf.compat.v1.Session):
     """A tf.compat.v1.Session that optimizes its graph when created and runs the prefetch threads.
 
@@ -115,7 +127,7 @@ class Session(tf.compat.v1.Session):
         if prefetch:
             self._build_lanes(graph)
         self._mapper = FetchMapper(self._smartstage)
-        super().__init__(target, graph=graph, config=to_session_config(config))
+        super().__init__(target, graph=graph, config=session_config(config, target))
 
     def _build_lanes(self, graph: tf.Graph) -> None:
         """Builds the stages' ordered lanes (runtime/lanes.py; on input tasks: runtime/remote.py) before any run:

@@ -88,7 +88,9 @@ def test_explicit_values_are_kept_as_given(graph):
         assert _train(sess, y, 120) == list(range(120))
         (stats,) = threads.stats()
     assert (stats.num_threads, stats.capacity) == (3, 5)
-    assert stats.decision.reason == "explicit settings" and stats.decision.tried == ()
+    assert stats.decision.reason.startswith("explicit settings") and stats.decision.tried == ()
+    assert "session has one inter-op pool" in stats.decision.reason   # a plain Session: the pool is not tried
+    assert not stats.own_pool and stats.decision.pool_tried == ()
 
 
 def _window(batches: int, empty: int) -> _Window:

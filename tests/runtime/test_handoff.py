@@ -71,3 +71,49 @@ def test_the_head_runs_once_per_batch_with_hand_off(graph):
         np.testing.assert_array_equal([v[0] for v in got], np.arange(20) * 3)
         assert [int(v[1]) for v in got] == list(range(1, 21))
         assert sess.run(counter) == 20   # the end of input stops the 21st count (it waits for GetNext)
+
+
+def _v1_while_side(n: int = 10):
+    """    GetNext -> x ----------------------> Enter(acc) -> Merge -> Switch -> acc + x -> NextIteration
+           Const 0 -> Enter(i) -> Merge -> Less(3) -> LoopCond --^   (the counter: no batch in it)
+    A control-flow-v1 loop whose counter does not depend on the batch: a lane's copy of the body would
+    read the original loop's LoopCond from outside every loop frame, which TensorFlow refuses."""
+    x = range_input(n)
+    was_v2 = tf.compat.v1.control_flow_v2_enabled()
+    tf.compat.v1.disable_control_flow_v2()
+    try:
+        _, total = tf.compat.v1.while_loop(lambda i, acc: i < 3, lambda i, acc: (i + 1, acc + x),
+                                           [tf.constant(0, tf.int64), tf.zeros_like(x)])
+    finally:
+        if was_v2:
+            tf.compat.v1.enable_control_flow_v2()
+    return x, tf.identity(total, name="tripled")
+
+
+def test_a_body_that_cannot_be_copied_is_refused_before_any_op_is_built(graph):
+    from smartstage.runtime.handoff import copy_refusal
+    x, tripled = _v1_while_side()
+    ss.staged([tripled, x], num_threads=2, capacity=2)
+    put = graph.get_operation_by_name(next(iter(stage_defs(graph))).put_node)
+    split = split_prefetch_side(put)
+    body = body_to_copy(put, split.head_ops, split.cut)
+    assert any(op.type == "Merge" for op in body)
+    before = len(graph.get_operations())
+    why = copy_refusal(body)
+    assert "while loop" in why and why.split(":")[0] in {op.name for op in body}
+    assert len(graph.get_operations()) == before                     # analysis only
+    assert copy_refusal(body_to_copy(put, split.head_ops, split.cut)[-1:]) == ""   # tripled alone copies
+
+
+def test_a_body_that_cannot_be_copied_runs_on_lanes_that_feed_it(graph, caplog):
+    """The fallback: every lane fetches the head's values and feeds the original body; order and values hold."""
+    x, tripled = _v1_while_side(30)
+    y = ss.staged([tripled, x], num_threads=4, capacity=4)
+    with tf.compat.v1.Session(graph=graph) as sess:
+        with caplog.at_level("WARNING", logger="smartstage.runtime.lanes"):
+            with ss.start_prefetch_threads(sess) as threads:
+                got = drain(sess, y)
+                lanes = threads._stages[0].lanes.lanes
+    assert lanes and all(lane.hand_in is None for lane in lanes)
+    assert "instead of copying the body" in caplog.text
+    assert [(int(a), int(b)) for a, b in got] == [(3 * i, i) for i in range(30)]
