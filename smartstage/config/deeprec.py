@@ -124,7 +124,7 @@ SmartStageOptionsProto = message_factory.GetMessageClass(
 def deeprec_smart_stage_options(capacity: int = 1, num_threads: int = 1, num_clients: int = 1,
                                 timeout_millis: int = 300000, closed_exception_types=(OUT_OF_RANGE,),
                                 ignored_exception_types=(), use_stage_subgraph_thread_pool: bool = False,
-                                stage_subgraph_thread_pool_id: int = 0, stage_subgraph_stream_id: int = 0,
+                                stage_subgraph_thread_pool_id: int | None = None, stage_subgraph_stream_id: int = 0,
                                 graph=None, name: str | None = None):
     """DeepRec's `tf.SmartStageOptions(...)`: the options message that turns auto-stage on in an ss.ConfigProto.
 
@@ -132,12 +132,15 @@ def deeprec_smart_stage_options(capacity: int = 1, num_threads: int = 1, num_cli
         after:   config.graph_options.optimizer_options.smart_stage_options.CopyFrom(
                      tf.SmartStageOptions(capacity=8, num_threads=2))           # from smartstage.compat import tf
 
-    Same arguments, defaults and checks as DeepRec's; `graph` is accepted and ignored (the session's own
+    Same arguments, defaults and checks as DeepRec's, but for the pool: without use_stage_subgraph_thread_pool
+    and an index, AUTOTUNE picks it (recorded as index -1). `graph` is accepted and ignored (the session's own
     graph is the one optimized). Exception types are tf.errors classes or codes.
     """
+    if stage_subgraph_thread_pool_id is None:  # not given: DeepRec's pool 0 when a pool is asked for, else AUTOTUNE (-1)
+        stage_subgraph_thread_pool_id = 0 if use_stage_subgraph_thread_pool else -1
     for label, value, least in (("capacity", capacity, 1), ("num_threads", num_threads, 1),
                                 ("num_clients", num_clients, 1), ("timeout_millis", timeout_millis, 1),
-                                ("stage_subgraph_thread_pool_id", stage_subgraph_thread_pool_id, 0),
+                                ("stage_subgraph_thread_pool_id", stage_subgraph_thread_pool_id, -1),
                                 ("stage_subgraph_stream_id", stage_subgraph_stream_id, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ConfigError(f"SmartStageOptions: {label}={value!r}; pass an integer >= {least}")

@@ -50,7 +50,9 @@ class AutoStageOptions:
     """
 
     # -1 is smartstage.AUTOTUNE (defined in the runtime, a layer above): the prefetch threads pick the
-    # lanes and capacity while training, batches in input order either way (docs/runtime.md).
+    # lanes, the capacity and the pool (the shared one or the session's prefetch pool) while training,
+    # batches in input order either way (docs/runtime.md). use_stage_subgraph_thread_pool=True without
+    # an index means pool 0, as in staged() and DeepRec.
     capacity: int = -1
     num_threads: int = -1
     num_clients: int = 1
@@ -58,9 +60,13 @@ class AutoStageOptions:
     closed_exception_types: tuple = (OUT_OF_RANGE,)
     ignored_exception_types: tuple = ()
     use_stage_subgraph_thread_pool: bool = False
-    stage_subgraph_thread_pool_id: int = 0
+    stage_subgraph_thread_pool_id: int = -1
     stage_subgraph_stream_id: int = 0
     name: str = "smart_stage"
+
+    def __post_init__(self) -> None:
+        if self.use_stage_subgraph_thread_pool and self.stage_subgraph_thread_pool_id == -1:
+            object.__setattr__(self, "stage_subgraph_thread_pool_id", 0)  # staged()'s and DeepRec's default index
 
 
 @dataclass(frozen=True)

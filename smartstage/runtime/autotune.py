@@ -39,7 +39,7 @@ RETUNE_MARGIN = 0.25   # after settling, a throughput change this large re-opens
 RETUNE_WINDOWS = 3     # ... when it lasts this many windows in a row
 EMPTY_FRACTION = 0.3   # the buffer held at most one batch after this fraction of moves: input-bound
 POOL_PAIRS = 3         # (own, shared) window pairs of the pool trial
-POOL_WINDOW_SECONDS = 1.0  # a pool changes steps/s by a few percent: longer windows than the lanes' trials
+POOL_WINDOW_SECONDS = 0.5  # a pool changes steps/s by a few percent: longer windows than the lanes' trials
 POOL_MARGIN = 0.03     # the own pool must win the median pair by more than this fraction
 
 
