@@ -95,5 +95,7 @@ def test_ports_smoke_times_every_run(smoke_runs):
     assert not result["errors"]
     for run in ("off", "on 4/40", "on defaults"):
         (rate,) = result["rates"][f"dlrm {run}"]
-        assert rate > 0, run
-    assert "| dlrm |" in (out / "ports-latest.md").read_text()
+        (steady,) = result["steady"][f"dlrm {run}"]
+        assert rate > 0 and steady > 0, run
+    text = (out / "ports-latest.md").read_text()
+    assert text.count("| dlrm |") == 2 and "**Steady**" in text and "**First steps**" in text

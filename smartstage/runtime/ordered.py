@@ -56,6 +56,9 @@ class OrderedProducer:
         self._lane_last = [-1] * self.workers
         self.lane_batches = [0] * self.workers
         self._occupancy = 0
+        self._warming = 0                   # workers building their executors now (_warm)
+        self._ready = [False] * self.workers  # workers whose lane has its executors (_warm "lane")
+        self._warmed_since_window = False   # ... or since the tuner's window opened
         self.active = min(tuner.threads, self.workers)
         self.soft_capacity = tuner.capacity if tuner.tune_capacity else None
         self.threads: list[threading.Thread] = []
@@ -114,36 +117,65 @@ class OrderedProducer:
                 self._cond.wait(POLL_SECONDS)
             return not (self.halted() or self._head_done)
 
-    def _warm(self, index: int) -> None:
-        """Builds this lane's executors before its first ticket (runtime/callables.py): the first batch of a
-        lane the tuner tries must not carry them, nor stall the merger."""
+    def _warm(self, index: int, parts: set[str]) -> None:
+        """Builds this worker's executors before it takes a ticket (runtime/callables.py): the first batch
+        of a lane the tuner tries must not carry them, nor stall the merger. `parts`: "direct" (worker 0's
+        one-lane put) and/or "lane" (its lane's head, body and move, needed once 2 or more lanes run). Lane
+        executors are built when the lane first runs, not at start: a lane the tuner never tries costs none
+        (on the Wide&Deep port's ~2,000-op body, a lane's three took ~1 s of CPU from the first steps).
+        While any worker builds, the tuner judges no window (_tune): the CPU it takes is not the setting's."""
         lanes, options = self.lanes, self.stage.run_options
         if lanes is None or self.stage.feed_values:
             return
         lane = lanes.lanes[index]
-        runs = [([lane.occupancy], options)]
-        if index == 0 and lanes.put_occupancy is not None:
-            runs += [([lanes.put_occupancy], options), ([lanes.put_occupancy, lanes.batch_bytes], options)]
-        if lane.hand_in is not None:
-            targets = [lanes.head_targets] if lanes.head_targets is not None else []
-            runs += [([lane.hand_in, *targets], options), ([lane.enqueue], self.stage.body_run_options),
-                     ([lane.enqueue, lane.batch_bytes], self.stage.body_run_options)]
-        for fetches, run_options in runs:
-            if self.halted():
-                return
-            self.runs.prepare(fetches, run_options)
+        runs = []
+        if "direct" in parts and lanes.put_occupancy is not None:
+            runs.append(([lanes.put_occupancy], options))  # the rare byte-measuring runs go through run()
+        if "lane" in parts:
+            runs.append(([lane.occupancy], options))
+            if lane.hand_in is not None:
+                targets = [lanes.head_targets] if lanes.head_targets is not None else []
+                runs += [([lane.hand_in, *targets], options), ([lane.enqueue], self.stage.body_run_options)]
+        with self._cond:
+            self._warming += 1
+        try:
+            for fetches, run_options in runs:
+                if self.halted():
+                    return
+                self.runs.prepare(fetches, run_options)
+        finally:
+            with self._cond:
+                self._warming -= 1
+                # the start's own warm-up is in the tuner's first window, which it skips anyway
+                self._warmed_since_window = self._warmed_since_window or "lane" in parts
+
+    def _lanes_ready(self) -> bool:
+        """Whether an active lane has its executors (under _cond): until one has, worker 0 puts directly."""
+        return any(self._ready[:self.active])
 
     def _work(self, index: int) -> None:
-        self._warm(index)
+        if index == 0:
+            self._warm(0, {"direct"})
         while self._wait_turn(index):
+            lanes_run = self.lanes is not None and (self.active > 1 or self.stage.remote is not None)
+            with self._cond:  # worker 0 warms its lane only once another lane can produce meanwhile
+                warm = lanes_run and not self._ready[index] and (index > 0 or self._lanes_ready()
+                                                                 or self.stage.remote is not None)
+            if warm:  # before taking a ticket: the other workers go on meanwhile
+                self._warm(index, {"lane"})
+                with self._cond:
+                    self._ready[index] = True
+                continue
             with self._head_lock:
                 with self._cond:
-                    if self._head_done or index >= self.active:
+                    if self._head_done or index >= self.active or (index > 0 and not self._ready[index]):
                         continue
                     ticket = self._next_ticket
                     self._next_ticket += 1
-                    # a stage on input tasks always runs its lanes (the body's timeout, the task's name)
-                    direct = self.lanes is None or (self.active == 1 and self.stage.remote is None)
+                    # a stage on input tasks always runs its lanes (the body's timeout, the task's name);
+                    # one lane, or lanes still building their executors: worker 0 runs the put itself
+                    direct = self.lanes is None or (self.stage.remote is None
+                                                    and (self.active == 1 or not self._ready[index]))
                 if direct:
                     self._direct(ticket)
                     continue
@@ -172,7 +204,7 @@ class OrderedProducer:
             if measure_bytes:
                 fetches.append(self.lanes.batch_bytes)
             with stage.in_flight(0):
-                values = self.runs.run(fetches, stage.run_options, feed)
+                values = self.runs.run(fetches, stage.run_options, feed, rare=measure_bytes)
             if self.lanes is None and self.soft_capacity is not None and stage.size is not None:
                 values[0] = self.sess.run(stage.size)  # the occupancy the soft cap needs
         except Exception as error:  # noqa: BLE001  classified by the merger, in ticket order
@@ -223,12 +255,14 @@ class OrderedProducer:
         if lane.hand_in is None:
             feed.update(zip(self.lanes.split.cut, values))
         fetches = [lane.enqueue]
-        measure_bytes = ticket < 4 or ticket % 16 == 0
+        # lane 0 alone measures: every lane carries the same tensors, and each lane's measuring run is one
+        # more set of executors to build (~0.9 s of CPU on the Wide&Deep port's body)
+        measure_bytes = index == 0 and (ticket < 4 or ticket % 16 == 0)
         if measure_bytes:  # a lane's own copy of the body: the original's bytes would run the head again
             fetches.append(lane.batch_bytes if lane.batch_bytes is not None else self.lanes.batch_bytes)
         started = time.monotonic()
         try:
-            result = self.runs.run(fetches, self.stage.body_run_options, feed or None)
+            result = self.runs.run(fetches, self.stage.body_run_options, feed or None, rare=measure_bytes)
         except Exception as error:  # noqa: BLE001
             self._record_error(ticket, self.stage.lane_error(error, index))
             return
@@ -310,6 +344,10 @@ class OrderedProducer:
         if not self.meter.window_full(now, self.tuner.window_seconds()):
             return
         window = self.meter.close_window(now)
+        with self._cond:
+            warming, self._warmed_since_window = self._warming or self._warmed_since_window, False
+        if warming:  # a worker built executors in this window: its CPU is not the setting's, judge the next one
+            return
         if self.tuner.observe(window, self.meter.last_rate, self.meter.batch_bytes):
             logger.debug("stage %s: autotune tries %d lanes, capacity %d, %s pool (%s)", self.stage.name,
                          self.tuner.threads, self.tuner.capacity, "own" if self.tuner.own_pool else "shared",

@@ -45,18 +45,31 @@ def test_a_session_that_cannot_make_callables_runs_through_run(graph):
         assert runs.prepare([value], OPTIONS) is None and runs.run([value], OPTIONS) == [3]
 
 
-def test_lanes_are_warmed_before_their_first_ticket(graph):
-    """AUTOTUNE builds 4 lanes and starts on one; in 10 batches the tuner closes no window, so lanes 1-3
-    never take a ticket, yet their head, body and move callables (executors) exist."""
-    y = ss.staged(tf.identity(range_input(10) * 3, name="body"))
+def test_a_lane_is_warmed_when_it_first_becomes_active_and_not_before(graph):
+    """AUTOTUNE builds 4 lanes and starts on one: worker 0 puts directly, and only that put's callable
+    is made. When 3 lanes may run, lanes 0-2 make their head, body and move callables (executors) before
+    their first ticket, while worker 0 goes on putting; lane 3 still makes none. Every batch in order."""
+    y = ss.staged(tf.identity(range_input(10**6) * 3, name="body"))
     with tf.compat.v1.Session(graph=graph) as sess, ss.start_prefetch_threads(sess) as threads:
-        assert [int(v) for v in drain(sess, y)] == [3 * i for i in range(10)]
+        assert [int(sess.run(y)) for _ in range(10)] == [3 * i for i in range(10)]
         producer = threads._stages[0].producer  # noqa: SLF001
 
-        def warmed() -> bool:
-            made = {names for names, _ in list(producer.runs._callables)}  # noqa: SLF001
-            return all({(lane.hand_in.name,), (lane.enqueue.name,), (lane.occupancy.name,)} <= made
-                       for lane in producer.lanes.lanes)
+        def made() -> set:
+            return {names for names, _ in list(producer.runs._callables)}  # noqa: SLF001
 
-        wait_until(warmed, "every lane's callables")  # each lane's thread makes them as it starts
-    assert len(producer.lanes.lanes) == 4 and producer.lane_batches[1:] == [0, 0, 0]
+        def warmed(index: int) -> bool:
+            lane = producer.lanes.lanes[index]
+            return {(lane.hand_in.name,), (lane.enqueue.name,), (lane.occupancy.name,)} <= made()
+
+        wait_until(lambda: (producer.lanes.put_occupancy.name,) in made(), "the one-lane put's callable")
+        assert not any(warmed(i) for i in range(4))
+        producer.tuner.tune_threads = producer.tuner.tune_capacity = producer.tuner.tune_pool = False  # only us
+        producer.apply(3, producer.tuner.capacity)
+        got = [int(sess.run(y)) for _ in range(300)]
+        assert got == [3 * i for i in range(10, 310)]
+        wait_until(lambda: all(warmed(i) for i in range(3)), "lanes 0-2's callables")
+        assert not warmed(3) and producer.lane_batches[3] == 0
+        got = [int(sess.run(y)) for _ in range(100)]
+        assert got == [3 * i for i in range(310, 410)]
+        assert all(producer.lane_batches[i] > 0 for i in (1, 2))   # the lanes ran once ready
+    assert len(producer.lanes.lanes) == 4
