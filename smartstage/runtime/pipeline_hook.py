@@ -244,8 +244,10 @@ class PipelineHook(tf.compat.v1.train.SessionRunHook):
         capacity = stats.capacity if stats is not None else int(d.capacity)
         wait_fraction = None if wait is None else wait / max(step_seconds, 1e-9)
         occupancy_fraction = None if occupancy is None or capacity <= 0 else occupancy / capacity
-        autotuned = tuple(name for name, value in (("lanes", d.num_threads), ("capacity", d.capacity))
-                          if value == AUTOTUNE)
+        pool_tuned = d.stage_subgraph_thread_pool_id == AUTOTUNE and (stats is None or stats.decision.pool_tried
+                                                                     or not stats.decision.settled)
+        autotuned = tuple(name for name, value in (("lanes", d.num_threads), ("capacity", d.capacity),
+                                                   ("pool", AUTOTUNE if pool_tuned else 0)) if value == AUTOTUNE)
         report = PipelineReport(
             stage=d.name, step=self._step, steps=w.steps, steps_per_second=steps_per_second,
             step_ms=step_seconds * 1e3, consumer_wait_ms=None if wait is None else wait * 1e3,
@@ -254,7 +256,8 @@ class PipelineHook(tf.compat.v1.train.SessionRunHook):
             producer_wait_ms=0.0 if stats is None else stats.producer_wait_seconds * 1e3,
             batches_per_second=0.0 if stats is None else stats.batches_per_second,
             lanes=stats.num_threads if stats is not None else max(d.num_threads, 1),
-            ordered=not d.unordered, own_pool=d.use_stage_subgraph_thread_pool, autotuned=autotuned,
+            ordered=not d.unordered, own_pool=stats.own_pool if stats is not None else d.use_stage_subgraph_thread_pool,
+            autotuned=autotuned,
             max_buffered_bytes=d.max_buffered_bytes or DEFAULT_MAX_BUFFERED_BYTES,
             verdict=classify(wait_fraction, occupancy_fraction), line="", stats=stats)
         return _with_line(report)

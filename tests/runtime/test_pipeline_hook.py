@@ -50,7 +50,7 @@ def test_a_slow_input_reads_input_bound_with_a_monitored_session(graph, tmp_path
     assert report.verdict == "input-bound", report.line
     assert report.line.startswith("stage 'stage' @ step 40: input-bound: the step waits")
     assert report.consumer_wait_ms / report.step_ms >= INPUT_BOUND_WAIT
-    assert (report.lanes, report.capacity, report.ordered, report.autotuned) == (1, 4, True, ())
+    assert (report.lanes, report.capacity, report.ordered, report.autotuned) == (1, 4, True, ("pool",))
     scalars = _scalars(str(tmp_path))
     for name in ("verdict", "steps_per_second", "step_ms", "consumer_wait_ms", "occupancy", "capacity",
                  "producer_ms", "producer_wait_ms", "batches_per_second", "lanes"):
@@ -80,8 +80,8 @@ def test_settings_in_force_name_autotune_with_a_smartstage_session(graph):
         for _ in range(10):
             hook.run(sess, y, options=bounded())
     report = hook.last_report
-    assert report.autotuned == ("lanes", "capacity")
-    assert "AUTOTUNE lanes+capacity" in report.line and "ordered" in report.line
+    assert report.autotuned == ("lanes", "capacity", "pool")   # ss.Session has a prefetch pool to try
+    assert "AUTOTUNE lanes+capacity+pool" in report.line and "ordered" in report.line
     assert report.stats is not None and report.stats.stage == "stage"
 
 
