@@ -233,12 +233,13 @@ class WorkloadRun:
 
 MODES = {
     # warmup: untimed steps before every block, on top of the batches the idle session buffered.
+    # steps: a block; the smoke's 12 are enough that a pipeline produces during it (3 could all come from the buffer).
     # settle_*: AUTOTUNE stages train until the tuner settled before the first block (once per session).
     "full": dict(rows=200_000, models="dlrm,wide_deep", variants="cpu,io,1core", repeats=5, steps=20,
                  warmup=4, grid=True, size="benchmark", batch_size=512, settle_steps=800, settle_seconds=60.0),
     "quick": dict(rows=200_000, models="dlrm", variants="cpu", repeats=5, steps=20, warmup=4, grid=False,
                   size="benchmark", batch_size=512, settle_steps=800, settle_seconds=60.0),
-    "smoke": dict(rows=2_000, models="dlrm", variants="io", repeats=1, steps=3, warmup=2, grid=True,
+    "smoke": dict(rows=2_000, models="dlrm", variants="io", repeats=1, steps=12, warmup=2, grid=True,
                   size="small", batch_size=32, settle_steps=600, settle_seconds=20.0),
 }
 

@@ -20,6 +20,10 @@ import os
 
 from tensorflow.core.protobuf import config_pb2
 
+from smartstage.errors import StageRuntimeError
+from smartstage.protos.stage_pb2 import StageDef
+from smartstage.runtime.autotune import AUTOTUNE
+
 MAIN_POOL = 0
 
 
@@ -64,4 +68,47 @@ def tunable_pool(config: config_pb2.ConfigProto | None) -> int | None:
     return pools - 1 if pools >= 2 else None
 
 
-__all__ = ["MAIN_POOL", "is_local_target", "prefetch_pool_threads", "tunable_pool", "with_prefetch_pool"]
+def stage_pools(stage_def: StageDef, config: config_pb2.ConfigProto | None, ordered: bool,
+                remote: bool) -> tuple[dict[bool, config_pb2.RunOptions], bool, str]:
+    """A stage's prefetch run options per pool (False: the shared one, True: its own), whether AUTOTUNE may
+    try its own, and why not when its pool is AUTOTUNE but cannot be tried.
+
+        before:  StageDef(stage_subgraph_thread_pool_id=AUTOTUNE), a session from with_prefetch_pool()
+        after:   ({False: RunOptions(), True: RunOptions(inter_op_thread_pool=1)}, True, "")
+    """
+    options = {False: config_pb2.RunOptions()}
+    if stage_def.stage_subgraph_thread_pool_id == AUTOTUNE:
+        own = tunable_pool(config)
+        if own is None:
+            return options, False, ("shared pool: the session has one inter-op pool (sessions SmartStage makes get "
+                                    "a prefetch pool; give a plain Session two session_inter_op_thread_pool entries)")
+        if not ordered or remote:
+            return options, False, "shared pool: the pool is tuned for ordered stages in this process only"
+        options[True] = config_pb2.RunOptions(inter_op_thread_pool=own)
+        return options, True, ""
+    if stage_def.use_stage_subgraph_thread_pool:
+        options[True] = config_pb2.RunOptions(inter_op_thread_pool=stage_def.stage_subgraph_thread_pool_id)
+    return options, False, ""
+
+
+def check_stage_pool(stage_def: StageDef, config: config_pb2.ConfigProto | None) -> None:
+    """Raises StageRuntimeError when a stage asks for a pool index the session does not have."""
+    if not stage_def.use_stage_subgraph_thread_pool or stage_def.stage_subgraph_thread_pool_id == AUTOTUNE:
+        return
+    pool_id = stage_def.stage_subgraph_thread_pool_id
+    pools = len(config.session_inter_op_thread_pool) if config is not None else 0
+    if pool_id >= pools:
+        raise StageRuntimeError(
+            f"stage '{stage_def.name}' runs its prefetch on inter-op thread pool {pool_id} "
+            f"(use_stage_subgraph_thread_pool=True, stage_subgraph_thread_pool_id={pool_id}), but the "
+            f"session has {pools} session_inter_op_thread_pool entries. Create the session with a "
+            f"ConfigProto listing at least {pool_id + 1} pools, e.g. "
+            "tf.compat.v1.ConfigProto(session_inter_op_thread_pool=[config_pb2.ThreadPoolOptionProto("
+            "num_threads=0), config_pb2.ThreadPoolOptionProto(num_threads=1)]) with config_pb2 from "
+            "tensorflow.core.protobuf (pool 0 runs the training step, pool 1 the prefetch runs), "
+            "or build the stage with use_stage_subgraph_thread_pool=False"
+        )
+
+
+__all__ = ["MAIN_POOL", "check_stage_pool", "is_local_target", "prefetch_pool_threads", "stage_pools", "tunable_pool",
+           "with_prefetch_pool"]

@@ -29,7 +29,7 @@ from smartstage.runtime.autotune import AUTOTUNE, DEFAULT_MAX_BUFFERED_BYTES, Pi
 from smartstage.runtime.control import CONTROL_RUN_MILLIS, quiet_run, session_closed, wait_below
 from smartstage.runtime.lanes import LaneGraph, lane_count, lane_graph
 from smartstage.runtime.ordered import OrderedProducer
-from smartstage.runtime.pools import tunable_pool
+from smartstage.runtime.pools import check_stage_pool, stage_pools
 from smartstage.runtime.remote import named_task_error, remote_lane_graph, remote_plan
 from smartstage.runtime.sharded import ShardedProducer
 
@@ -127,22 +127,10 @@ class StageThreads:
         return self._remote_options if self._remote_options is not None else self.run_options
 
     def _pools_and_tuner(self) -> tuple[dict[bool, config_pb2.RunOptions], Tuner]:
-        """The run options per pool (False: shared, True: the stage's own) and the tuner of lanes, capacity, pool."""
+        """The run options per pool (runtime/pools.py) and the tuner of lanes, capacity and pool."""
         d = self.stage_def
-        shared, options = config_pb2.RunOptions(), {}
-        options[False] = shared
-        tune_pool, note = False, ""
-        if d.stage_subgraph_thread_pool_id == AUTOTUNE:
-            own = tunable_pool(getattr(self.sess, "_config", None))
-            if own is None:
-                note = ("shared pool: the session has one inter-op pool (sessions SmartStage makes get a prefetch "
-                        "pool; give a plain Session two session_inter_op_thread_pool entries)")
-            elif not self.ordered or self.remote is not None:
-                note = "shared pool: the pool is tuned for ordered stages in this process only"
-            else:
-                options[True], tune_pool = config_pb2.RunOptions(inter_op_thread_pool=own), True
-        elif d.use_stage_subgraph_thread_pool:
-            options[True] = config_pb2.RunOptions(inter_op_thread_pool=d.stage_subgraph_thread_pool_id)
+        options, tune_pool, note = stage_pools(d, getattr(self.sess, "_config", None), self.ordered,
+                                               self.remote is not None)
         tune_threads, tune_capacity = d.num_threads == AUTOTUNE, d.capacity == AUTOTUNE
         tuner = Tuner(self.name, 1 if tune_threads else max(d.num_threads, 1),
                       AUTOTUNE_START_CAPACITY if tune_capacity else int(d.capacity), tune_threads, tune_capacity,
@@ -271,22 +259,7 @@ class StageThreads:
         return found[0].outputs[0] if found else None
 
     def check_thread_pool(self) -> None:
-        if not self.stage_def.use_stage_subgraph_thread_pool or self.stage_def.stage_subgraph_thread_pool_id == AUTOTUNE:
-            return
-        pool_id = self.stage_def.stage_subgraph_thread_pool_id
-        config = getattr(self.sess, "_config", None)
-        pools = len(config.session_inter_op_thread_pool) if config is not None else 0
-        if pool_id >= pools:
-            raise StageRuntimeError(
-                f"stage '{self.name}' runs its prefetch on inter-op thread pool {pool_id} "
-                f"(use_stage_subgraph_thread_pool=True, stage_subgraph_thread_pool_id={pool_id}), but the "
-                f"session has {pools} session_inter_op_thread_pool entries. Create the session with a "
-                f"ConfigProto listing at least {pool_id + 1} pools, e.g. "
-                "tf.compat.v1.ConfigProto(session_inter_op_thread_pool=[config_pb2.ThreadPoolOptionProto("
-                "num_threads=0), config_pb2.ThreadPoolOptionProto(num_threads=1)]) with config_pb2 from "
-                "tensorflow.core.protobuf (pool 0 runs the training step, pool 1 the prefetch runs), "
-                "or build the stage with use_stage_subgraph_thread_pool=False"
-            )
+        check_stage_pool(self.stage_def, getattr(self.sess, "_config", None))
 
     def check_open(self) -> None:
         options = config_pb2.RunOptions(timeout_in_ms=CONTROL_RUN_MILLIS)

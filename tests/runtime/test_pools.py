@@ -134,3 +134,33 @@ def test_a_plain_session_with_one_pool_keeps_the_shared_pool(graph):
         tuner = threads._stages[0].tuner
     np.testing.assert_array_equal(got, np.arange(100) * 3)
     assert not stats.own_pool and not tuner.tune_pool and "one inter-op pool" in tuner.pool_note
+
+
+@pytest.mark.parametrize("stage, config, ordered, remote, expected", [
+    # stage's pool                                        session pools  ordered remote  own pool, tried, why-not
+    (dict(stage_subgraph_thread_pool_id=AUTOTUNE),                    2, True,  False, (1, True, "")),
+    (dict(stage_subgraph_thread_pool_id=AUTOTUNE),                    1, True,  False, (None, False, "one inter-op pool")),
+    (dict(stage_subgraph_thread_pool_id=AUTOTUNE),                    2, False, False, (None, False, "ordered stages")),
+    (dict(stage_subgraph_thread_pool_id=AUTOTUNE),                    2, True,  True,  (None, False, "in this process")),
+    (dict(use_stage_subgraph_thread_pool=True, stage_subgraph_thread_pool_id=1), 2, True, False, (1, False, "")),
+    (dict(use_stage_subgraph_thread_pool=False),                      2, True,  False, (None, False, "")),
+])
+def test_stage_pools(stage, config, ordered, remote, expected):
+    from smartstage.protos.stage_pb2 import StageDef
+    from smartstage.runtime.pools import stage_pools
+    proto = config_pb2.ConfigProto(session_inter_op_thread_pool=[config_pb2.ThreadPoolOptionProto()] * config)
+    options, tried, why = stage_pools(StageDef(name="s", **stage), proto, ordered, remote)
+    own, expected_tried, expected_why = expected
+    assert options[False] == config_pb2.RunOptions()
+    assert (options[True].inter_op_thread_pool if True in options else None) == own
+    assert tried == expected_tried and expected_why in why and bool(why) == bool(expected_why)
+
+
+def test_a_missing_pool_index_is_one_error_naming_the_fix():
+    from smartstage.errors import StageRuntimeError
+    from smartstage.protos.stage_pb2 import StageDef
+    from smartstage.runtime.pools import check_stage_pool
+    stage = StageDef(name="s", use_stage_subgraph_thread_pool=True, stage_subgraph_thread_pool_id=1)
+    with pytest.raises(StageRuntimeError, match=r"stage 's'.*pool 1.*has 1 session_inter_op_thread_pool"):
+        check_stage_pool(stage, config_pb2.ConfigProto(session_inter_op_thread_pool=[config_pb2.ThreadPoolOptionProto()]))
+    check_stage_pool(stage, with_prefetch_pool(None))   # two pools: fine
