@@ -91,6 +91,18 @@ def stage_pools(stage_def: StageDef, config: config_pb2.ConfigProto | None, orde
     return options, False, ""
 
 
+def explicit_pool_threads(stage_def: StageDef, config: config_pb2.ConfigProto | None) -> int | None:
+    """Threads of the pool a stage's prefetch runs are pinned to (use_stage_subgraph_thread_pool=True with an
+    index); None when they may use the shared pool. A prefetch run holds a pool thread while it runs or waits,
+    so lanes beyond this many cannot run at once: AUTOTUNE does not try them (explicit num_threads stay)."""
+    pool_id = stage_def.stage_subgraph_thread_pool_id
+    if not stage_def.use_stage_subgraph_thread_pool or pool_id == AUTOTUNE or config is None:
+        return None
+    if pool_id >= len(config.session_inter_op_thread_pool):
+        return None  # check_stage_pool names the missing pool
+    return config.session_inter_op_thread_pool[pool_id].num_threads or os.cpu_count() or 1
+
+
 def check_stage_pool(stage_def: StageDef, config: config_pb2.ConfigProto | None) -> None:
     """Raises StageRuntimeError when a stage asks for a pool index the session does not have."""
     if not stage_def.use_stage_subgraph_thread_pool or stage_def.stage_subgraph_thread_pool_id == AUTOTUNE:
@@ -110,5 +122,5 @@ def check_stage_pool(stage_def: StageDef, config: config_pb2.ConfigProto | None)
         )
 
 
-__all__ = ["MAIN_POOL", "check_stage_pool", "is_local_target", "prefetch_pool_threads", "stage_pools", "tunable_pool",
+__all__ = ["MAIN_POOL", "check_stage_pool", "explicit_pool_threads", "is_local_target", "prefetch_pool_threads", "stage_pools", "tunable_pool",
            "with_prefetch_pool"]

@@ -29,7 +29,7 @@ from smartstage.runtime.autotune import AUTOTUNE, DEFAULT_MAX_BUFFERED_BYTES, Pi
 from smartstage.runtime.control import CONTROL_RUN_MILLIS, quiet_run, session_closed, wait_below
 from smartstage.runtime.lanes import LaneGraph, lane_count, lane_graph
 from smartstage.runtime.ordered import OrderedProducer
-from smartstage.runtime.pools import check_stage_pool, stage_pools
+from smartstage.runtime.pools import check_stage_pool, explicit_pool_threads, stage_pools
 from smartstage.runtime.remote import named_task_error, remote_lane_graph, remote_plan
 from smartstage.runtime.sharded import ShardedProducer
 
@@ -132,9 +132,11 @@ class StageThreads:
         options, tune_pool, note = stage_pools(d, getattr(self.sess, "_config", None), self.ordered,
                                                self.remote is not None)
         tune_threads, tune_capacity = d.num_threads == AUTOTUNE, d.capacity == AUTOTUNE
+        pinned = explicit_pool_threads(d, getattr(self.sess, "_config", None))
+        max_lanes = lane_count(d) or 1
         tuner = Tuner(self.name, 1 if tune_threads else max(d.num_threads, 1),
                       AUTOTUNE_START_CAPACITY if tune_capacity else int(d.capacity), tune_threads, tune_capacity,
-                      max_lanes=lane_count(d) or 1, max_buffered_bytes=d.max_buffered_bytes or DEFAULT_MAX_BUFFERED_BYTES,
+                      max_lanes=min(max_lanes, pinned) if pinned and tune_threads else max_lanes, max_buffered_bytes=d.max_buffered_bytes or DEFAULT_MAX_BUFFERED_BYTES,
                       own_pool=bool(d.use_stage_subgraph_thread_pool) and d.stage_subgraph_thread_pool_id != AUTOTUNE,
                       tune_pool=tune_pool, pool_note=note)
         return options, tuner

@@ -164,3 +164,21 @@ def test_a_missing_pool_index_is_one_error_naming_the_fix():
     with pytest.raises(StageRuntimeError, match=r"stage 's'.*pool 1.*has 1 session_inter_op_thread_pool"):
         check_stage_pool(stage, config_pb2.ConfigProto(session_inter_op_thread_pool=[config_pb2.ThreadPoolOptionProto()]))
     check_stage_pool(stage, with_prefetch_pool(None))   # two pools: fine
+
+
+def test_autotune_tries_no_more_lanes_than_a_pinned_pool_has_threads(graph):
+    """use_stage_subgraph_thread_pool=True on a 1-thread pool: a latency-bound body (best with many lanes
+    on the shared pool) stays at one lane, since lanes on one pool thread cannot overlap."""
+    from smartstage.runtime.pools import explicit_pool_threads
+    x = range_input(10**6)
+    body = tf.numpy_function(lambda v: (time.sleep(0.01), v)[1], [x], tf.int64, stateful=False)
+    y = ss.staged(body, use_stage_subgraph_thread_pool=True, stage_subgraph_thread_pool_id=1)
+    config = config_pb2.ConfigProto(session_inter_op_thread_pool=[
+        config_pb2.ThreadPoolOptionProto(num_threads=2), config_pb2.ThreadPoolOptionProto(num_threads=1)])
+    (stage,) = stage_defs(graph)
+    assert explicit_pool_threads(stage, config) == 1
+    with tf.compat.v1.Session(graph=graph, config=config) as sess, ss.start_prefetch_threads(sess) as threads:
+        got = [int(sess.run(y, options=bounded())) for _ in range(150)]
+        tuner = threads._stages[0].tuner
+    assert got == list(range(150))
+    assert tuner.max_lanes == 1 and not tuner.tune_threads and tuner.threads == 1
