@@ -215,6 +215,11 @@ class Tuner:
         return TuningDecision(self.stage, self.threads, self.capacity, self.own_pool, self.settled,
                               self.reason, tuple(self.tried), tuple(self.pool_tried))
 
+    @property
+    def skips_next_window(self) -> bool:
+        """Whether the next window is skipped anyway (the first after a start or a change)."""
+        return self._skip_next
+
     def window_seconds(self) -> float:
         """How long the current measurement window lasts (longer during the pool trial)."""
         return POOL_WINDOW_SECONDS if self._pool_trial is not None else WINDOW_SECONDS

@@ -41,6 +41,8 @@ class ProducerRuns:
         self._base = _base_session(sess) if enabled else None
         self._lock = threading.Lock()
         self._callables: dict[tuple, tuple[object, config_pb2.RunOptions]] = {}  # key -> (callable, its options)
+        self.builds = 0  # executors built so far (callables made, fetch lists first run): CPU taken from the step
+        self._run_signatures: set[tuple] = set()
 
     def _key(self, fetches: list, options: config_pb2.RunOptions) -> tuple:
         # The options are the stage's own RunOptions objects, which live as long as the producer (each
@@ -67,6 +69,7 @@ class ProducerRuns:
             self._base = None  # a session that cannot: run() from now on
             return None
         with self._lock:
+            self.builds += 1
             return self._callables.setdefault(key, (made, options))[0]
 
     def run(self, fetches: list, options: config_pb2.RunOptions, feed: dict | None = None, rare: bool = False) -> list:
@@ -77,6 +80,11 @@ class ProducerRuns:
         on the Wide&Deep port), while run() builds them once per fetch list whatever the pool."""
         made = None if feed or rare else self.prepare(fetches, options)
         if made is None:
+            signature = tuple(f.name for f in fetches)
+            if signature not in self._run_signatures:  # run() builds its executors on a fetch list's first run
+                with self._lock:
+                    self._run_signatures.add(signature)
+                    self.builds += 1
             return self.sess.run(fetches, feed_dict=feed, options=options)
         if session_closed(self._base):
             raise RuntimeError("Attempted to use a closed Session.")

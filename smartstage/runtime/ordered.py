@@ -58,7 +58,7 @@ class OrderedProducer:
         self._occupancy = 0
         self._warming = 0                   # workers building their executors now (_warm)
         self._ready = [False] * self.workers  # workers whose lane has its executors (_warm "lane")
-        self._warmed_since_window = False   # ... or since the tuner's window opened
+        self._builds_judged = 0             # callables made before the tuner's current window (runs.builds)
         self.active = min(tuner.threads, self.workers)
         self.soft_capacity = tuner.capacity if tuner.tune_capacity else None
         self.threads: list[threading.Thread] = []
@@ -123,7 +123,8 @@ class OrderedProducer:
         one-lane put) and/or "lane" (its lane's head, body and move, needed once 2 or more lanes run). Lane
         executors are built when the lane first runs, not at start: a lane the tuner never tries costs none
         (on the Wide&Deep port's ~2,000-op body, a lane's three took ~1 s of CPU from the first steps).
-        While any worker builds, the tuner judges no window (_tune): the CPU it takes is not the setting's."""
+        The tuner judges no window in which executors were built, here or on a run's first use (a pool the
+        tuner tries): the CPU that takes is not the setting's (_tune)."""
         lanes, options = self.lanes, self.stage.run_options
         if lanes is None or self.stage.feed_values:
             return
@@ -146,8 +147,6 @@ class OrderedProducer:
         finally:
             with self._cond:
                 self._warming -= 1
-                # the start's own warm-up is in the tuner's first window, which it skips anyway
-                self._warmed_since_window = self._warmed_since_window or "lane" in parts
 
     def _lanes_ready(self) -> bool:
         """Whether an active lane has its executors (under _cond): until one has, worker 0 puts directly."""
@@ -344,10 +343,12 @@ class OrderedProducer:
         if not self.meter.window_full(now, self.tuner.window_seconds()):
             return
         window = self.meter.close_window(now)
+        builds = self.runs.builds
         with self._cond:
-            warming, self._warmed_since_window = self._warming or self._warmed_since_window, False
-        if warming:  # a worker built executors in this window: its CPU is not the setting's, judge the next one
-            return
+            built = self._warming > 0 or builds != self._builds_judged
+        self._builds_judged = builds
+        if built and not self.tuner.skips_next_window:  # executors were built in this window: their CPU is
+            return                                         # not the setting's, judge the next one
         if self.tuner.observe(window, self.meter.last_rate, self.meter.batch_bytes):
             logger.debug("stage %s: autotune tries %d lanes, capacity %d, %s pool (%s)", self.stage.name,
                          self.tuner.threads, self.tuner.capacity, "own" if self.tuner.own_pool else "shared",

@@ -17,7 +17,7 @@ import smartstage.runtime as ss
 from smartstage.runtime.handoff import body_to_copy
 from smartstage.runtime.lanes import lane_graph, split_prefetch_side
 from smartstage.runtime.metadata import stage_defs
-from tests.runtime.helpers import drain, range_input
+from tests.runtime.helpers import drain, range_input, wait_until
 
 
 def _side(n: int = 12):
@@ -50,6 +50,9 @@ def test_each_lane_copies_what_depends_on_the_batch_and_nothing_else(graph):
     with tf.compat.v1.Session(graph=graph) as sess:
         sess.run(tf.compat.v1.tables_initializer())
         with ss.start_prefetch_threads(sess) as threads:
+            producer = threads._stages[0].producer  # noqa: SLF001
+            # lanes build their executors before their first ticket while worker 0 puts (capacity 2 stops it)
+            wait_until(lambda: producer._ready[1], "lane 1's executors")  # noqa: SLF001
             got = drain(sess, y)
             stats = threads.stats()[0]
     assert [list(v) for v in got] == [[i * 20 + 7, i] for i in range(12)]
