@@ -34,10 +34,6 @@ logger = logging.getLogger(__name__)
 _train = _tf.compat.v1.train
 
 
-def _stock(config, master=""):
-    return session_config(config, master)
-
-
 class ChiefSessionCreator(_train.ChiefSessionCreator):
     """tf.compat.v1.train.ChiefSessionCreator taking an ss.ConfigProto or a stock one with the SmartStage flags.
 
@@ -48,8 +44,8 @@ class ChiefSessionCreator(_train.ChiefSessionCreator):
     def __init__(self, scaffold=None, master="", config=None, checkpoint_dir=None,
                  checkpoint_filename_with_path=None):
         self.smart_stage_config = config
-        super().__init__(scaffold=scaffold, master=master, config=_stock(config, master), checkpoint_dir=checkpoint_dir,
-                         checkpoint_filename_with_path=checkpoint_filename_with_path)
+        super().__init__(scaffold=scaffold, master=master, config=session_config(config, master),
+                         checkpoint_dir=checkpoint_dir, checkpoint_filename_with_path=checkpoint_filename_with_path)
 
     def create_session(self):
         prepare_graph(_tf.compat.v1.get_default_graph(), options_from_config(self.smart_stage_config))
@@ -65,7 +61,8 @@ class WorkerSessionCreator(_train.WorkerSessionCreator):
 
     def __init__(self, scaffold=None, master="", config=None, max_wait_secs=30 * 60):
         self.smart_stage_config = config
-        super().__init__(scaffold=scaffold, master=master, config=_stock(config, master), max_wait_secs=max_wait_secs)
+        super().__init__(scaffold=scaffold, master=master, config=session_config(config, master),
+                         max_wait_secs=max_wait_secs)
 
     def create_session(self):
         prepare_graph(_tf.compat.v1.get_default_graph(), options_from_config(self.smart_stage_config))
@@ -82,7 +79,7 @@ def _creator_config(session_creator) -> Any:
     if config is not None:
         # Its stock Session would reject an ss.ConfigProto, and Grappler logs an error for the unknown
         # SmartStage entry of a stock one; the flags are applied here instead.
-        session_creator._config = _stock(config, getattr(session_creator, "_master", ""))  # noqa: SLF001
+        session_creator._config = session_config(config, getattr(session_creator, "_master", ""))  # noqa: SLF001
     return config
 
 
@@ -117,8 +114,9 @@ def SingularMonitoredSession(hooks=None, scaffold=None, master="", config=None, 
     options = options_from_config(config)
     record, mapper, hooks, _ = smart_hooks(_tf.compat.v1.get_default_graph(), options, hooks, (), True, targets)
     session = _train.SingularMonitoredSession(
-        hooks=hooks, scaffold=scaffold, master=master, config=_stock(config, master), checkpoint_dir=checkpoint_dir,
-        stop_grace_period_secs=stop_grace_period_secs, checkpoint_filename_with_path=checkpoint_filename_with_path)
+        hooks=hooks, scaffold=scaffold, master=master, config=session_config(config, master),
+        checkpoint_dir=checkpoint_dir, stop_grace_period_secs=stop_grace_period_secs,
+        checkpoint_filename_with_path=checkpoint_filename_with_path)
     return SmartMonitoredSession(session, mapper, record)
 
 
@@ -136,5 +134,5 @@ class Supervisor(_train.Supervisor):
                                     max_wait_secs=7200, start_standard_services=True):
         prepare_graph(self._graph, options_from_config(config))  # noqa: SLF001  (the Supervisor's own graph)
         return super().prepare_or_wait_for_session(
-            master=master, config=_stock(config, master), wait_for_checkpoint=wait_for_checkpoint,
+            master=master, config=session_config(config, master), wait_for_checkpoint=wait_for_checkpoint,
             max_wait_secs=max_wait_secs, start_standard_services=start_standard_services)

@@ -84,6 +84,22 @@ def _copy(ops: list[tf.Operation], input_map: dict) -> dict[tf.Operation, tf.Ope
     return dict(zip(ops, copies))
 
 
+def _outside_inputs(ops: list[tf.Operation]) -> tuple[list[tf.Tensor], list[tf.Operation]]:
+    """The tensors and the control inputs that `ops` read from outside themselves, each once, in order
+    (the keys of a copy's input_map: import_graph_def refuses one that no copied op reads)."""
+    copied = set(ops)
+    tensors: dict[str, tf.Tensor] = {}
+    controls: dict[str, tf.Operation] = {}
+    for op in ops:
+        for tensor in op.inputs:
+            if tensor.op not in copied:
+                tensors.setdefault(tensor.name, tensor)
+        for control in op.control_inputs:
+            if control not in copied:
+                controls.setdefault(control.name, control)
+    return list(tensors.values()), list(controls.values())
+
+
 def _loop_crossing(ops: list[tf.Operation]) -> str:
     """The first copied op that would read a tensor inside a control-flow-v1 while loop it is not part of.
 
@@ -132,21 +148,16 @@ def _import_refusal(ops: list[tf.Operation]) -> str:
     """Imports the body's NodeDefs into a scratch graph whose outside inputs are placeholders of the same
     dtypes and shapes (NoOps for control inputs): what the lane copy's import would refuse, found without
     adding an op to the user's graph."""
-    copied = set(ops)
-    scratch = tf.Graph()
+    tensors, controls = _outside_inputs(ops)
     graph_def = _body_def(ops)
     graph_def.library.CopyFrom(_functions(ops[0].graph, graph_def.node))
-    with scratch.as_default():
+    with tf.Graph().as_default():
         input_map: dict = {}
-        for op in ops:
-            for tensor in op.inputs:
-                if tensor.op not in copied and tensor.name not in input_map:
-                    outside = tf.compat.v1.placeholder(tensor.dtype.base_dtype, tensor.shape)
-                    handle_data_util.copy_handle_data(tensor, outside)  # a table's or variable's handle data
-                    input_map[tensor.name] = outside
-            for control in op.control_inputs:
-                if control not in copied:
-                    input_map.setdefault("^" + control.name, tf.no_op())
+        for tensor in tensors:
+            outside = tf.compat.v1.placeholder(tensor.dtype.base_dtype, tensor.shape)
+            handle_data_util.copy_handle_data(tensor, outside)  # a table's or variable's handle data
+            input_map[tensor.name] = outside
+        input_map.update({"^" + control.name: tf.no_op() for control in controls})
         try:
             tf.graph_util.import_graph_def(graph_def, input_map=input_map, name="body")
         except Exception as error:  # noqa: BLE001  any refusal leaves the stage on the feed path, never wrong
@@ -171,7 +182,6 @@ def build_hand_off(put: tf.Operation, ops: list[tf.Operation], cut: tuple[tf.Ten
     built in the current name scope (the lane's)."""
     dtypes = [t.dtype.base_dtype for t in cut]
     shapes = [t.shape for t in cut]
-    copied = set(ops)
     queue = gen_data_flow_ops.fifo_queue_v2(
         component_types=dtypes, shapes=shapes if all(s.is_fully_defined() for s in shapes) else [],
         capacity=1, name="input")
@@ -184,14 +194,9 @@ def build_hand_off(put: tf.Operation, ops: list[tf.Operation], cut: tuple[tf.Ten
     discard = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="input_discard")
     discard = (discard[0] if isinstance(discard, (list, tuple)) else discard).op
     cut_map = dict(zip((t.name for t in cut), taken))
-    input_map: dict = {}  # every key must be read by a copied op (import_graph_def refuses unused ones)
-    for op in ops:
-        for tensor in op.inputs:
-            if tensor.op not in copied:
-                input_map.setdefault(tensor.name, cut_map.get(tensor.name, tensor))
-        for control in op.control_inputs:
-            if control not in copied:
-                input_map.setdefault("^" + control.name, control)
+    tensors, controls = _outside_inputs(ops)
+    input_map: dict = {t.name: cut_map.get(t.name, t) for t in tensors}
+    input_map.update({"^" + control.name: control for control in controls})
     copies = _copy(ops, input_map) if ops else {}
     values = [copies[t.op].outputs[t.value_index] if t.op in copies else cut_map.get(t.name, t)
               for t in put.inputs[1:]]

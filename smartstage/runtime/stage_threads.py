@@ -129,10 +129,10 @@ class StageThreads:
     def _pools_and_tuner(self) -> tuple[dict[bool, config_pb2.RunOptions], Tuner]:
         """The run options per pool (runtime/pools.py) and the tuner of lanes, capacity and pool."""
         d = self.stage_def
-        options, tune_pool, note = stage_pools(d, getattr(self.sess, "_config", None), self.ordered,
-                                               self.remote is not None)
+        config = getattr(self.sess, "_config", None)
+        options, tune_pool, note = stage_pools(d, config, self.ordered, self.remote is not None)
         tune_threads, tune_capacity = d.num_threads == AUTOTUNE, d.capacity == AUTOTUNE
-        pinned = explicit_pool_threads(d, getattr(self.sess, "_config", None))
+        pinned = explicit_pool_threads(d, config)
         max_lanes = lane_count(d) or 1
         tuner = Tuner(self.name, 1 if tune_threads else max(d.num_threads, 1),
                       AUTOTUNE_START_CAPACITY if tune_capacity else int(d.capacity), tune_threads, tune_capacity,
