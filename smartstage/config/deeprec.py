@@ -121,7 +121,10 @@ SmartStageOptionsProto = message_factory.GetMessageClass(
     descriptor_pool.Default().FindMessageTypeByName(_DEEPREC_PACKAGE + ".SmartStageOptions"))
 
 
-def deeprec_smart_stage_options(capacity: int = 1, num_threads: int = 1, num_clients: int = 1,
+_TUNABLE_OPTIONS = ("capacity", "num_threads")  # -1: smartstage.AUTOTUNE (the runtime, a layer above)
+
+
+def deeprec_smart_stage_options(capacity: int = -1, num_threads: int = -1, num_clients: int = 1,
                                 timeout_millis: int = 300000, closed_exception_types=(OUT_OF_RANGE,),
                                 ignored_exception_types=(), use_stage_subgraph_thread_pool: bool = False,
                                 stage_subgraph_thread_pool_id: int | None = None, stage_subgraph_stream_id: int = 0,
@@ -132,9 +135,11 @@ def deeprec_smart_stage_options(capacity: int = 1, num_threads: int = 1, num_cli
         after:   config.graph_options.optimizer_options.smart_stage_options.CopyFrom(
                      tf.SmartStageOptions(capacity=8, num_threads=2))           # from smartstage.compat import tf
 
-    Same arguments, defaults and checks as DeepRec's, but for the pool: without use_stage_subgraph_thread_pool
-    and an index, AUTOTUNE picks it (recorded as index -1). `graph` is accepted and ignored (the session's own
-    graph is the one optimized). Exception types are tf.errors classes or codes.
+    Same arguments and checks as DeepRec's; what is not given is AUTOTUNE (-1, as in staged()): capacity and
+    num_threads (DeepRec's 1 and 1 are one lane and one batch ahead), and the pool without
+    use_stage_subgraph_thread_pool and an index (recorded as index -1). Values given are kept as given.
+    `graph` is accepted and ignored (the session's own graph is the one optimized). Exception types are
+    tf.errors classes or codes.
     """
     if stage_subgraph_thread_pool_id is None:  # not given: DeepRec's pool 0 when a pool is asked for, else AUTOTUNE (-1)
         stage_subgraph_thread_pool_id = 0 if use_stage_subgraph_thread_pool else -1
@@ -142,8 +147,10 @@ def deeprec_smart_stage_options(capacity: int = 1, num_threads: int = 1, num_cli
                                 ("num_clients", num_clients, 1), ("timeout_millis", timeout_millis, 1),
                                 ("stage_subgraph_thread_pool_id", stage_subgraph_thread_pool_id, -1),
                                 ("stage_subgraph_stream_id", stage_subgraph_stream_id, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ConfigError(f"SmartStageOptions: {label}={value!r}; pass an integer >= {least}")
+        tunable = label in _TUNABLE_OPTIONS
+        if isinstance(value, bool) or not isinstance(value, int) or (value < least and not (tunable and value == -1)):
+            either = " or ss.AUTOTUNE (-1)" if tunable else ""
+            raise ConfigError(f"SmartStageOptions: {label}={value!r}; pass an integer >= {least}{either}")
     options = SmartStageOptionsProto(capacity=capacity, num_threads=num_threads, num_clients=num_clients,
                                      timeout_millis=timeout_millis, stage_subgraph_stream_id=stage_subgraph_stream_id,
                                      name=name or "smart_stage")

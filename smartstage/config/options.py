@@ -100,7 +100,7 @@ class SmartStageOptions:
 def _auto_stage_from_deeprec(message) -> AutoStageOptions:
     runner = message.runner_options
     return AutoStageOptions(
-        capacity=message.capacity or 1, num_threads=message.num_threads or 1, num_clients=message.num_clients or 1,
+        capacity=message.capacity or -1, num_threads=message.num_threads or -1, num_clients=message.num_clients or 1,
         timeout_millis=message.timeout_millis or 300000,
         closed_exception_types=tuple(runner.closed_exceptions) if runner.closed_exceptions else (OUT_OF_RANGE,),
         ignored_exception_types=tuple(runner.ignored_exceptions),

@@ -312,6 +312,26 @@ def test_both_config_spellings_give_the_same_stage():
         ss.optimize(one_shot_graph(), plain)
 
 
+
+def test_the_defaults_are_autotune_in_both_config_spellings():
+    from smartstage.compat import tf as deeprec_tf
+
+    # enable_smart_stage(ss.ConfigProto(), auto_stage=AutoStageOptions()) refused capacity=-1 (AUTOTUNE).
+    deeprec = ss.enable_smart_stage(deeprec_tf.ConfigProto(), auto_stage=ss.AutoStageOptions())
+    stock = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), auto_stage=ss.AutoStageOptions())
+    auto = ss.options_from_config(deeprec).auto_stage
+    assert auto == ss.options_from_config(stock).auto_stage
+    assert (auto.capacity, auto.num_threads, auto.stage_subgraph_thread_pool_id) == (ss.AUTOTUNE,) * 3
+    # DeepRec's SmartStageOptions(): what is not given is AUTOTUNE; what is given is kept.
+    assert deeprec_tf.SmartStageOptions().capacity == ss.AUTOTUNE
+    assert deeprec_tf.SmartStageOptions().num_threads == ss.AUTOTUNE
+    given = deeprec_tf.SmartStageOptions(capacity=1, num_threads=1)
+    assert (given.capacity, given.num_threads) == (1, 1)
+    with pytest.raises(ss.ConfigError, match=r"capacity=0; pass an integer >= 1 or ss.AUTOTUNE"):
+        deeprec_tf.SmartStageOptions(capacity=0)
+    with pytest.raises(ss.ConfigError, match=r"num_clients=-1; pass an integer >= 1$"):
+        deeprec_tf.SmartStageOptions(num_clients=-1)
+
 def test_the_diff_and_explain_treat_the_inserted_stage_like_a_hand_placed_one():
     meta = one_shot_graph()
     result = ss.optimize(meta, AUTO)
