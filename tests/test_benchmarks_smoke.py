@@ -99,3 +99,23 @@ def test_ports_smoke_times_every_run(smoke_runs):
         assert rate > 0 and steady > 0, run
     text = (out / "ports-latest.md").read_text()
     assert text.count("| dlrm |") == 2 and "**Steady**" in text and "**First steps**" in text
+
+
+def test_the_limit_of_one_core_per_side_overlaps_waits_not_cpu_time():
+    from types import SimpleNamespace
+
+    from benchmarks.e2e import WorkloadRun
+    from benchmarks.sides import Sides
+
+    # The input side computes 11 ms a batch (no waits), the training side 6 ms: on a core of its own the
+    # input side cannot go past 1/11 ms whatever the lanes; with the machine's cores 4 lanes divide it.
+    sides = {"smart": Sides(t_in=0.011, t_train=0.006, cpu_in=0.0115, cpu_train=0.0065)}
+    run = lambda one_core: SimpleNamespace(sides=[sides], cores=[2.0],
+                                           workload=SimpleNamespace(one_core_per_side=one_core))
+    assert WorkloadRun.bounds(run(True), 0, 4)["limit"] == pytest.approx(1 / 0.011)
+    cores = os.cpu_count() or 1
+    assert WorkloadRun.bounds(run(False), 0, 4)["limit"] == pytest.approx(min(1 / 0.006, cores / 0.018))
+    # Waits do overlap on one core: an input side that mostly waits (1 ms of CPU in 8 ms) gets 4 lanes' worth.
+    waiting = {"smart": Sides(t_in=0.008, t_train=0.003, cpu_in=0.001, cpu_train=0.0035)}
+    one = SimpleNamespace(sides=[waiting], cores=[2.0], workload=SimpleNamespace(one_core_per_side=True))
+    assert WorkloadRun.bounds(one, 0, 4)["limit"] == pytest.approx(1 / 0.003)
