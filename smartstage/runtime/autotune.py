@@ -15,7 +15,8 @@ windows alternate the prefetch runs between the shared pool and their own (own, 
 the own pool is kept only when it ran faster than the shared one in most pairs and by more than
 POOL_MARGIN in the median pair (alternating, so a machine whose load drifts favours neither).
 After settling it keeps watching: three windows in a row with the buffer running empty at a pace
-beyond the margin re-open the search (a full buffer at a new pace is the step's pace: nothing to tune). Every
+beyond the margin re-open the search (a full buffer at a new pace is the step's pace: nothing to tune). No
+window is judged in which the buffer grew by more than half the batches moved (a step that idles). Every
 change happens between two batches (no step waits for it). The settled choice is logged once and
 kept in `TuningDecision`; `PipelineStats` is the live view (for hooks, TensorBoard).
 """
@@ -96,9 +97,19 @@ class _Window:
     wait: float = 0.0
     occupancy: int = 0
     empty: int = 0
+    first: int | None = None  # the buffer's occupancy right after the window's first move ...
+    last: int | None = None   # ... and after its last one
 
     def rate(self, now: float) -> float:
         return self.batches / max(now - self.started, 1e-9)
+
+    def filling(self) -> bool:
+        """Whether the step took fewer than half the batches moved (the buffer grew by more): the buffer
+        fills ahead of a step that idles (a restore, the first step's executors, a pause), which says
+        nothing of which side sets the pace."""
+        if self.first is None or self.last is None:
+            return False
+        return 2 * (self.last - self.first + 1) > self.batches
 
 
 class StageMeter:
@@ -124,8 +135,11 @@ class StageMeter:
             self.total += 1
             self.window.wait += wait
             if occupancy is not None:
-                self.window.occupancy += occupancy
-                self.window.empty += occupancy <= 1
+                w = self.window
+                w.occupancy += occupancy
+                w.empty += occupancy <= 1
+                w.first = occupancy if w.first is None else w.first
+                w.last = occupancy
 
     def seconds_per_batch(self) -> float:
         """The pace of the last window (0.0 before one closed): about one training step when the buffer is full."""
@@ -243,6 +257,8 @@ class Tuner:
             return True
         if self._skip_next:
             self._skip_next = False
+            return False
+        if window.filling():  # judged, a head start read as "the step sets the pace" settled one lane for good
             return False
         empty = window.empty / max(window.batches, 1)
         if self._pool_trial is not None:

@@ -51,6 +51,24 @@ def test_a_latency_bound_body_gets_the_most_lanes(graph):
     assert decision.num_threads == autotune_max_lanes(), decision
 
 
+def test_a_buffer_filling_ahead_of_an_idle_step_is_not_read_as_training_bound(graph):
+    # staged(x, capacity=60), lanes AUTOTUNE: before the first step (a restore, the train op's first run
+    # building its executors) the one lane fills the buffer while nothing takes from it. Those windows
+    # show a filled buffer, but say nothing of which side sets the pace: judged, they settled one lane
+    # for good (the pace at one lane then matched the settled one, so the search never re-opened).
+    x = range_input(10**6)
+    body = tf.numpy_function(_sleepy(0.03), [x], tf.int64, stateful=False)
+    y = ss.staged(body, capacity=60)
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=8, use_per_session_threads=True)
+    with tf.compat.v1.Session(graph=graph, config=config) as sess, ss.start_prefetch_threads(sess) as threads:
+        assert int(sess.run(y, options=bounded())) == 0   # the producer runs from here
+        time.sleep(2.2)                                    # the step idles: ~60 batches fill the buffer
+        got = [0] + _train(sess, y, 800)
+        (decision,) = threads.decisions()
+    assert got == list(range(801))
+    assert decision.settled and decision.num_threads > 1, decision
+
+
 def test_a_training_bound_step_keeps_one_lane(graph):
     y = ss.staged(range_input(10**6) * 2)
     with tf.compat.v1.Session(graph=graph) as sess, ss.start_prefetch_threads(sess) as threads:
@@ -107,6 +125,16 @@ def test_the_tuner_goes_back_when_a_lane_more_does_not_pay():
     changed = tuner.observe(_window(30, 30), 96.0, 100)         # 3 lanes: no gain over 2
     assert changed and tuner.threads == 2 and tuner.settled
     assert [t[0] for t in tuner.tried] == [1, 2, 3]
+
+
+def test_a_window_in_which_the_buffer_filled_is_not_judged():
+    tuner = Tuner("s", 1, 2, True, True, max_lanes=4, max_buffered_bytes=10**9)
+    assert not tuner.observe(_window(30, 0), 50.0, 100)                      # start-up window
+    filling = _Window(started=0.0, batches=30, empty=0, first=1, last=30)   # the step took nothing
+    assert not tuner.observe(filling, 50.0, 100)
+    assert not tuner.settled and tuner.tried == []
+    taking = _Window(started=0.0, batches=30, empty=30, first=1, last=1)    # the step took every batch
+    assert tuner.observe(taking, 50.0, 100) and tuner.threads == 2
 
 
 def test_the_tuner_reopens_when_throughput_moves():
