@@ -119,3 +119,17 @@ def test_the_limit_of_one_core_per_side_overlaps_waits_not_cpu_time():
     waiting = {"smart": Sides(t_in=0.008, t_train=0.003, cpu_in=0.001, cpu_train=0.0035)}
     one = SimpleNamespace(sides=[waiting], cores=[2.0], workload=SimpleNamespace(one_core_per_side=True))
     assert WorkloadRun.bounds(one, 0, 4)["limit"] == pytest.approx(1 / 0.003)
+
+
+def test_the_held_out_best_grid_point_is_picked_on_the_other_repeats():
+    from benchmarks.e2e_tables import held_out_ratio
+
+    default = [80.0, 80.0, 80.0]
+    # "a" is best in repeats 0 and 1, "b" in repeat 2 only: left out, repeat 2 is compared with "a".
+    points = {"a": [90.0, 88.0, 70.0], "b": [85.0, 84.0, 100.0]}
+    held = held_out_ratio(default, points)
+    assert held.n == 3
+    # repeat 0: picked on repeats 1, 2 -> medians a 79, b 92 -> b (85); repeat 1: a 80, b 92.5 -> b (84);
+    # repeat 2: a 89, b 84.5 -> a (70)
+    assert held.median == pytest.approx(80 / 84) and held.high == pytest.approx(80 / 70)
+    assert held.low == pytest.approx(80 / 85)
