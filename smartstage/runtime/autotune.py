@@ -8,7 +8,8 @@ the move into the buffer waited for room (the producer waiting for the step), th
 right after the move, and the bytes of a batch; per window: batches per second (= steps per second
 once the buffer neither fills nor drains). What is decided (Tuner), as tf.data's AUTOTUNE does:
 start with one lane; while the buffer runs empty (the step waits for input), try one lane more and
-keep it when steps/s rose by more than the noise margin, else go back and settle; capacity grows while
+keep it when steps/s rose by more than the noise margin (one that gained less, the buffer still empty, gets
+one lane more judged against the best: a gentle slope), else go back and settle; capacity grows while
 the buffer still runs dry at the chosen lane count, never above what `max_buffered_bytes` allows.
 Then the pool, when it is AUTOTUNE and the session has a prefetch pool (runtime/pools.py): longer
 windows alternate the prefetch runs between the shared pool and their own (own, shared, own, ...), and
@@ -213,6 +214,7 @@ class Tuner:
         self._skip_next = True  # the first window after a change still holds the old setting's batches
         self._moved_windows = 0  # consecutive settled windows off the settled throughput
         self._trimming: tuple[int, int, float] | None = None  # (lanes, capacity, rate) before a trial with one lane less
+        self._leaping = False  # two lanes over the best on trial: the one between gained under the margin
 
     def capacity_limit(self, batch_bytes: int) -> int:
         """The most batches the byte cap allows (at least 1)."""
@@ -272,25 +274,41 @@ class Tuner:
             return self._trimmed(rate, empty)
         best = self._best
         if best is None or rate > best[2] * (1 + GAIN_MARGIN):
-            self._best = (self.threads, self.capacity, rate)
+            self._best, self._leaping = (self.threads, self.capacity, rate), False
             # One lane more only while the input is the bound: a lane costs two more session runs per batch,
             # so a trial is not free. A lane that buys no more than GAIN_MARGIN is given back below.
             if empty >= EMPTY_FRACTION and self.tune_threads and self.threads < self.max_lanes:
-                # A lane runs ahead only into room in the buffer: with capacity tuned, give each lane two slots.
-                room = min(max(self.capacity, 2 * (self.threads + 1)), limit) if self.tune_capacity else self.capacity
-                return self._change(self.threads + 1, room, "the buffer ran empty: one lane more")
+                return self._change(self.threads + 1, self._room(limit), "the buffer ran empty: one lane more")
             if empty >= EMPTY_FRACTION and self.tune_capacity and self.capacity * 2 <= limit:
                 return self._change(self.threads, self.capacity * 2, "the buffer ran empty: capacity doubled")
             if empty < EMPTY_FRACTION:
                 return self._trim_or_settle(rate)
             return self._settle(rate, "no more lanes or capacity to try")
-        # The last change did not pay: go back to the best setting and settle there.
         lanes, capacity, best_rate = best
+        if self._may_leap(lanes, best_rate, rate, empty):
+            # Each lane may buy less than the margin on a gentle slope (Wide&Deep io: 2 -> 3 lanes +1% in a
+            # window, 2 -> 4 threads +10%): one lane further, judged against the best, tells a slope from a plateau.
+            self._leaping = True
+            return self._change(self.threads + 1, self._room(limit), f"{self.threads} lanes ran {rate:.1f} batches/s, a gain under "
+                                f"{GAIN_MARGIN:.0%} over {lanes} at {best_rate:.1f}, the buffer still empty: trying "
+                                f"{self.threads + 1}")
+        # The last change did not pay: go back to the best setting and settle there.
         why = (f"{self.threads} lanes / capacity {self.capacity} ran {rate:.1f} batches/s, "
                f"not more than {lanes} lanes / capacity {capacity} at {best_rate:.1f}")
         changed = (lanes, capacity) != (self.threads, self.capacity)
         self.threads, self.capacity = lanes, capacity
         return self._settle(best_rate, why) or changed  # logs the setting it went back to
+
+    def _room(self, limit: int) -> int:
+        """The capacity for one lane more: a lane runs ahead only into room in the buffer, so with capacity
+        tuned each lane gets two slots (within the byte cap's `limit`)."""
+        return min(max(self.capacity, 2 * (self.threads + 1)), limit) if self.tune_capacity else self.capacity
+
+    def _may_leap(self, best_lanes: int, best_rate: float, rate: float, empty: float) -> bool:
+        """Whether a lane more that gained, but less than the margin, with the buffer still empty, gets one more
+        lane on trial (once: a second lane that does not pay either ends the search)."""
+        return (self.tune_threads and not self._leaping and self.threads == best_lanes + 1
+                and self.threads < self.max_lanes and rate >= best_rate and empty >= EMPTY_FRACTION)
 
     def _trim_or_settle(self, rate: float) -> bool:
         """The buffer stays filled: the fewest lanes that keep it so win (a lane costs CPU the step could use;
@@ -366,7 +384,8 @@ class Tuner:
         self._moved_windows = 0
         logger.info("stage %s: the input is the bound at %.1f batches/s (was %.1f); tuning again",
                     self.stage, rate, base)
-        self.settled, self._best, self.reason = False, None, "the input became the bound; measuring again"
+        self.settled, self._best, self._leaping = False, None, False
+        self.reason = "the input became the bound; measuring again"
         if self.tune_pool:  # the pool is tried again once the lanes settle at the new pace
             self._pool_decided, self.own_pool = False, False
         return self._change(1 if self.tune_threads else self.threads, self.capacity, self.reason)

@@ -122,9 +122,36 @@ def test_the_tuner_goes_back_when_a_lane_more_does_not_pay():
     assert not tuner.observe(_window(30, 30), 90.0, 100)        # the window right after a change
     assert tuner.observe(_window(30, 30), 95.0, 100) and tuner.threads == 3
     tuner.observe(_window(30, 30), 95.0, 100)
-    changed = tuner.observe(_window(30, 30), 96.0, 100)         # 3 lanes: no gain over 2
+    assert tuner.observe(_window(30, 30), 96.0, 100)            # 3 lanes: +1%, the buffer still empty ...
+    assert tuner.threads == 4 and not tuner.settled            # ... so 4 are tried against 2
+    tuner.observe(_window(30, 30), 96.0, 100)
+    changed = tuner.observe(_window(30, 30), 97.0, 100)         # 4 lanes: no gain over 2 either
     assert changed and tuner.threads == 2 and tuner.settled
-    assert [t[0] for t in tuner.tried] == [1, 2, 3]
+    assert [t[0] for t in tuner.tried] == [1, 2, 3, 4]
+
+
+def test_a_lane_that_costs_throughput_ends_the_search_at_once():
+    tuner = Tuner("s", 1, 2, tune_threads=True, tune_capacity=False, max_lanes=4, max_buffered_bytes=10**9)
+    tuner.observe(_window(30, 30), 50.0, 100)
+    assert tuner.observe(_window(30, 30), 50.0, 100) and tuner.threads == 2
+    tuner.observe(_window(30, 30), 48.0, 100)
+    assert tuner.observe(_window(30, 30), 48.0, 100)            # 2 lanes ran slower than 1: no leap
+    assert tuner.threads == 1 and tuner.settled
+
+
+def test_a_gentle_slope_is_climbed_two_lanes_at_a_time():
+    # Each lane buys ~5%, under the 6% margin: judged one lane at a time the search stopped at 2.
+    tuner = Tuner("s", 1, 2, tune_threads=True, tune_capacity=False, max_lanes=4, max_buffered_bytes=10**9)
+    tuner.observe(_window(30, 30), 50.0, 100)
+    assert tuner.observe(_window(30, 30), 50.0, 100) and tuner.threads == 2
+    tuner.observe(_window(30, 30), 60.0, 100)
+    assert tuner.observe(_window(30, 30), 60.0, 100) and tuner.threads == 3   # +20%: kept, one more
+    tuner.observe(_window(30, 30), 63.0, 100)
+    assert tuner.observe(_window(30, 30), 63.0, 100) and tuner.threads == 4   # +5%: on to 4, judged against 2
+    assert "a gain under 6%" in tuner.reason
+    tuner.observe(_window(30, 30), 66.0, 100)
+    tuner.observe(_window(30, 30), 66.0, 100)                                 # +10% over 2: 4 lanes kept
+    assert tuner.threads == 4 and tuner.settled, tuner.reason
 
 
 def test_a_window_in_which_the_buffer_filled_is_not_judged():
