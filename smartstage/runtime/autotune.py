@@ -289,9 +289,9 @@ class Tuner:
             # Each lane may buy less than the margin on a gentle slope (Wide&Deep io: 2 -> 3 lanes +1% in a
             # window, 2 -> 4 threads +10%): one lane further, judged against the best, tells a slope from a plateau.
             self._leaping = True
-            return self._change(self.threads + 1, self._room(limit), f"{self.threads} lanes ran {rate:.1f} batches/s, a gain under "
-                                f"{GAIN_MARGIN:.0%} over {lanes} at {best_rate:.1f}, the buffer still empty: trying "
-                                f"{self.threads + 1}")
+            why = (f"{self.threads} lanes ran {rate:.1f} batches/s, a gain under {GAIN_MARGIN:.0%} over {lanes} at "
+                   f"{best_rate:.1f}, the buffer still empty: trying {self.threads + 1}")
+            return self._change(self.threads + 1, self._room(limit), why)
         # The last change did not pay: go back to the best setting and settle there.
         why = (f"{self.threads} lanes / capacity {self.capacity} ran {rate:.1f} batches/s, "
                f"not more than {lanes} lanes / capacity {capacity} at {best_rate:.1f}")
