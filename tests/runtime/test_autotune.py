@@ -140,7 +140,7 @@ def test_a_lane_that_costs_throughput_ends_the_search_at_once():
 
 
 def test_a_gentle_slope_is_climbed_two_lanes_at_a_time():
-    # Each lane buys ~5%, under the 6% margin: judged one lane at a time the search stopped at 2.
+    # Past 2 lanes each lane buys ~5%, under the 6% margin: judged one lane at a time the search stopped at 2.
     tuner = Tuner("s", 1, 2, tune_threads=True, tune_capacity=False, max_lanes=4, max_buffered_bytes=10**9)
     tuner.observe(_window(30, 30), 50.0, 100)
     assert tuner.observe(_window(30, 30), 50.0, 100) and tuner.threads == 2
