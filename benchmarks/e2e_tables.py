@@ -33,6 +33,11 @@ def _ratio(a: list, b: list) -> Spread:
     return Spread.of(x / y for x, y in zip(a, b) if x is not None and y)
 
 
+def _highest_median(points: dict[Any, list]) -> Any:
+    """The key whose rates have the highest median (the grid's best point)."""
+    return max(points, key=lambda key: Spread.of(points[key]).median)
+
+
 def held_out_ratio(default: list, points: dict[Any, list]) -> Spread:
     """default / the grid's best point, where the best is picked on the other repeats (leave one out).
 
@@ -45,16 +50,17 @@ def held_out_ratio(default: list, points: dict[Any, list]) -> Spread:
         others = {key: rates for key, rates in others.items() if rates and r < len(points[key]) and points[key][r]}
         if value is None or not others:
             continue
-        best = max(others, key=lambda key: Spread.of(others[key]).median)
-        ratios.append(value / points[best][r])
+        ratios.append(value / points[_highest_median(others)][r])
     return Spread.of(ratios)
 
 
 def _best(summary: dict, name: str, include_default: bool) -> tuple[Any, Spread]:
-    points = [(setting, Spread.of(_rates(v))) for (n, setting), v in summary["samples"].items()
-              if n == name and (include_default or setting != DEFAULT_SETTING)]
-    points = [(s, sp) for s, sp in points if sp.n]
-    return max(points, key=lambda p: p[1].median) if points else (None, Spread.of([]))
+    points = {setting: _rates(v) for (n, setting), v in summary["samples"].items()
+              if n == name and (include_default or setting != DEFAULT_SETTING) and Spread.of(_rates(v)).n}
+    if not points:
+        return None, Spread.of([])
+    best = _highest_median(points)
+    return best, Spread.of(points[best])
 
 
 def targets(summary: dict) -> dict[str, Any]:
@@ -224,9 +230,10 @@ def plot(summaries: list[dict]):
 def held_out_from_json(path: str) -> list[tuple[str, str, Spread, Spread]]:
     """(workload, configuration, in-sample, held-out) x own best grid point, from a written e2e JSON."""
     import json
+    from pathlib import Path
 
     out = []
-    for w in json.loads(open(path).read())["workloads"]:
+    for w in json.loads(Path(path).read_text())["workloads"]:
         spec = w["workload"]
         name = f"{spec['model']}/{spec['variant']}" + ("/1 core per side" if spec["one_core_per_side"] else "")
         for config in SMART:
@@ -235,8 +242,8 @@ def held_out_from_json(path: str) -> list[tuple[str, str, Spread, Spread]]:
             default = points.pop(f"{config} [{DEFAULT_SETTING.label}]", [])
             if not points:
                 continue
-            best = max(points, key=lambda key: Spread.of(points[key]).median)
-            out.append((name, config, _ratio(default, points[best]), held_out_ratio(default, points)))
+            best = points[_highest_median(points)]
+            out.append((name, config, _ratio(default, best), held_out_ratio(default, points)))
     return out
 
 

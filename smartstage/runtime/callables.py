@@ -81,8 +81,8 @@ class ProducerRuns:
         made = None if feed or rare else self.prepare(fetches, options)
         if made is None:
             signature = tuple(f.name for f in fetches)
-            if signature not in self._run_signatures:  # run() builds its executors on a fetch list's first run
-                with self._lock:
+            with self._lock:  # run() builds its executors on a fetch list's first run
+                if signature not in self._run_signatures:
                     self._run_signatures.add(signature)
                     self.builds += 1
             return self.sess.run(fetches, feed_dict=feed, options=options)

@@ -136,7 +136,8 @@ class StageThreads:
         max_lanes = lane_count(d) or 1
         tuner = Tuner(self.name, 1 if tune_threads else max(d.num_threads, 1),
                       AUTOTUNE_START_CAPACITY if tune_capacity else int(d.capacity), tune_threads, tune_capacity,
-                      max_lanes=min(max_lanes, pinned) if pinned and tune_threads else max_lanes, max_buffered_bytes=d.max_buffered_bytes or DEFAULT_MAX_BUFFERED_BYTES,
+                      max_lanes=min(max_lanes, pinned) if pinned and tune_threads else max_lanes,
+                      max_buffered_bytes=d.max_buffered_bytes or DEFAULT_MAX_BUFFERED_BYTES,
                       own_pool=bool(d.use_stage_subgraph_thread_pool) and d.stage_subgraph_thread_pool_id != AUTOTUNE,
                       tune_pool=tune_pool, pool_note=note)
         return options, tuner
