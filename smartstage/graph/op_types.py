@@ -218,7 +218,7 @@ INITIALIZER_OPS = {"MakeIterator"}
 RUNNER_ENQUEUE_OPS = {"QueueEnqueueV2", "QueueEnqueue", "QueueEnqueueManyV2", "QueueEnqueueMany"}
 
 
-# The head/body split of a prefetch side (runtime/lanes.py, passes/input_tasks.py): stateful ops whose
+# The head/body split of a prefetch side (runtime/lanes/lanes.py, passes/input_tasks.py): stateful ops whose
 # result depends on their inputs only, not on how often or in which order they run, so every body run
 # may run them: checks and prints, a dataset built from this batch's tensors and reduced to one element
 # within the run (a per-batch storage read written in tf.data), and read-only table lookups.

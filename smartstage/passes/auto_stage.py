@@ -18,7 +18,7 @@ A source is staged unless it must keep its place; the reason goes to the report:
 - nothing reads it.
 
 A stage at an initializable iterator (one with MakeIterator initializers) is emptied and refilled
-when an initializer runs; see smartstage.passes.stage_nodes and smartstage.runtime.reinit.
+when an initializer runs; see smartstage.passes.stage_nodes and smartstage.runtime.hooks.reinit.
 """
 
 from __future__ import annotations

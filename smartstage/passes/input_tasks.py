@@ -9,7 +9,7 @@
 Central mode splits the prefetch side into its *head* (what must run once per batch, in order, on the
 trainer: iterator/queue/reader reads, random ops, other stateful ops, table lookups, and everything
 upstream of them) and its *body* (the stateless rest). The body goes to `/job:<job>/task:0`, and a copy
-of it per further task goes to `<stage>/input_task_<i>/` on task i. The runtime (runtime/remote.py)
+of it per further task goes to `<stage>/input_task_<i>/` on task i. The runtime (runtime/lanes/remote.py)
 runs the head serially on the trainer and the body of batch n on task n mod N, in order.
 
 Sharded mode copies the whole prefetch side per task (the iterator, its initializer and dataset chain

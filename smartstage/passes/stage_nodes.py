@@ -18,7 +18,7 @@ A stage at an initializable iterator also gets the re-initialisation guard:
 
 Running an initializer leaves a mark, so a step that would take a batch buffered before the
 initializer ran fails at once with a message, instead of training on a stale batch. The runtime
-(smartstage.runtime.reinit) sees the initializer run, stops the stage's prefetch threads first, then
+(smartstage.runtime.hooks.reinit) sees the initializer run, stops the stage's prefetch threads first, then
 runs `reset` (a destroyed queue is created afresh, empty and open, by its next use) and restarts them.
 """
 

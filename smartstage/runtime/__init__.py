@@ -8,9 +8,9 @@
 See docs/runtime.md.
 """
 
-from smartstage.runtime.autotune import AUTOTUNE, PipelineStats, TuningDecision
-from smartstage.runtime.hook import PrefetchHook, make_prefetch_hook
-from smartstage.runtime.metadata import (
+from smartstage.runtime.tuning.autotune import AUTOTUNE, PipelineStats, TuningDecision
+from smartstage.runtime.hooks.prefetch_hook import PrefetchHook, make_prefetch_hook
+from smartstage.runtime.stage.metadata import (
     STAGES_COLLECTION,
     TARGETS_COLLECTION,
     StageRecord,
@@ -18,11 +18,11 @@ from smartstage.runtime.metadata import (
     stage_defs,
     stage_defs_from_meta_graph,
 )
-from smartstage.runtime.pipeline_hook import PipelineHook, PipelineReport, make_pipeline_hook
-from smartstage.runtime.reinit import ReinitWatch, run_initializer
-from smartstage.runtime.runner import PrefetchThreads, start_prefetch_threads
-from smartstage.runtime.stage import staged
-from smartstage.runtime.targets import mark_target_node, target_node_names
+from smartstage.runtime.hooks.pipeline_hook import PipelineHook, PipelineReport, make_pipeline_hook
+from smartstage.runtime.hooks.reinit import ReinitWatch, run_initializer
+from smartstage.runtime.producers.prefetch_threads import PrefetchThreads, start_prefetch_threads
+from smartstage.runtime.stage.build import staged
+from smartstage.runtime.stage.targets import mark_target_node, target_node_names
 
 __all__ = [
     "AUTOTUNE",

@@ -20,7 +20,7 @@ import logging
 import tensorflow as tf
 
 from smartstage.graph.names import parse_tensor_name
-from smartstage.runtime.metadata import add_stage_def
+from smartstage.runtime.stage.metadata import add_stage_def
 from smartstage.session.graft import import_new_nodes
 
 logger = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from tensorflow.core.framework import node_def_pb2
 from smartstage.graph.load import stage_defs_of
 from smartstage.graph.names import parse_tensor_name
 from smartstage.passes.input_tasks import COPY_SCOPE, MARKER, StageInputPlacement
-from smartstage.runtime.metadata import STAGES_COLLECTION, StageRecord, stage_defs
+from smartstage.runtime.stage.metadata import STAGES_COLLECTION, StageRecord, stage_defs
 from smartstage.session.graft import import_new_nodes
 
 logger = logging.getLogger(__name__)

@@ -37,8 +37,8 @@ from tensorflow.python.ops import gen_data_flow_ops
 from smartstage.config.options import SmartStageOptions
 from smartstage.errors import ConfigError, GraphError, TargetError
 from smartstage.graph.stages import FIFO
-from smartstage.runtime.lanes import LANE_SCOPES
-from smartstage.runtime.metadata import STAGES_COLLECTION, StageRecord, stage_defs
+from smartstage.runtime.lanes.lanes import LANE_SCOPES
+from smartstage.runtime.stage.metadata import STAGES_COLLECTION, StageRecord, stage_defs
 from smartstage.session.live_input_tasks import apply_input_tasks
 from smartstage.session.record import LiveRewrite, LiveStage, _dedupe, _set_control_inputs, rewrite_once
 

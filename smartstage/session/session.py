@@ -14,7 +14,7 @@ Every handle the user holds keeps working because nothing is removed or renamed.
 hook's SessionRunArgs and a step_fn's runs) of a tensor that moved to the prefetch side are served
 by the take output that carries it; anything else there raises TargetError naming the node.
 The stock ConfigProto fields reach TensorFlow (session_config), with a prefetch inter-op pool added for a
-session in this process (runtime/pools.py: AUTOTUNE may run the stages there); the SmartStage flags do not.
+session in this process (runtime/tuning/pools.py: AUTOTUNE may run the stages there); the SmartStage flags do not.
 
 Prefetch threads:
 - MonitoredTrainingSession: DeepRec's rule, the prefetch hook is required. A graph with stages and
@@ -24,7 +24,7 @@ Prefetch threads:
   prefetch thread is raised by run() as that error (not as the OutOfRangeError it causes).
   `prefetch=False` leaves the threads to the caller (smartstage.start_prefetch_threads).
   A run that re-initialises the iterator behind a stage (its initializer, or an init op that
-  depends on it) empties that stage and refills it from the new iterator (smartstage.runtime.reinit).
+  depends on it) empties that stage and refills it from the new iterator (smartstage.runtime.hooks.reinit).
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from smartstage.session.fetches import FetchMapper
 from smartstage.session.record import LiveRewrite, live_rewrite_of
 from smartstage.session.live_rewrite import adopt_late_ops, rewrite_live_graph
 from smartstage.runtime import PrefetchThreads, stage_defs, start_prefetch_threads
-from smartstage.runtime.pools import with_prefetch_pool
-from smartstage.runtime.reinit import ReinitWatch, fetch_ops
-from smartstage.runtime.runner import STOP_JOIN_SECONDS
-from smartstage.runtime.remote import prepare_all_lanes
+from smartstage.runtime.tuning.pools import with_prefetch_pool
+from smartstage.runtime.hooks.reinit import ReinitWatch, fetch_ops
+from smartstage.runtime.producers.prefetch_threads import STOP_JOIN_SECONDS
+from smartstage.runtime.lanes.remote import prepare_all_lanes
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class _RawSession:
 
 def session_config(config, target="") -> "tf.compat.v1.ConfigProto":
     """The ConfigProto TensorFlow gets: `config`'s stock fields (to_session_config), and for a session in this
-    process a prefetch inter-op pool that AUTOTUNE may give the stages (runtime/pools.py).
+    process a prefetch inter-op pool that AUTOTUNE may give the stages (runtime/tuning/pools.py).
 
         before:  ss.ConfigProto(do_smart_stage=True)
         after:   ConfigProto(session_inter_op_thread_pool=[main pool, prefetch pool])
@@ -130,7 +130,7 @@ class Session(tf.compat.v1.Session):
         super().__init__(target, graph=graph, config=session_config(config, target))
 
     def _build_lanes(self, graph: tf.Graph) -> None:
-        """Builds the stages' ordered lanes (runtime/lanes.py; on input tasks: runtime/remote.py) before any run:
+        """Builds the stages' ordered lanes (runtime/lanes/lanes.py; on input tasks: runtime/lanes/remote.py) before any run:
         they read the put's inputs on purpose, and built later (a queue runner's run racing the first step)
         adopt_late_ops would rewire them to the take."""
         record = self._smartstage

@@ -26,8 +26,8 @@ import tensorflow as tf  # noqa: E402
 tf.compat.v1.disable_eager_execution()
 
 import smartstage as ss  # noqa: E402
-from smartstage.runtime.metadata import stage_defs  # noqa: E402
-from smartstage.runtime.remote import remote_plan  # noqa: E402
+from smartstage.runtime.stage.metadata import stage_defs  # noqa: E402
+from smartstage.runtime.lanes.remote import remote_plan  # noqa: E402
 from tests.cluster import graphs  # noqa: E402
 
 MAX_STEPS = 1000

@@ -1,4 +1,4 @@
-"""The head hands its values to a lane inside TensorFlow (runtime/handoff.py).
+"""The head hands its values to a lane inside TensorFlow (runtime/lanes/handoff.py).
 
     range -> GetNext -> parse: x*2 --> hash: lookup(table, parse) + offset --> put
     Const offset ----------------------^        table (handle, read-only) --^
@@ -14,9 +14,9 @@ import numpy as np
 import tensorflow as tf
 
 import smartstage.runtime as ss
-from smartstage.runtime.handoff import body_to_copy
-from smartstage.runtime.lanes import lane_graph, split_prefetch_side
-from smartstage.runtime.metadata import stage_defs
+from smartstage.runtime.lanes.handoff import body_to_copy
+from smartstage.runtime.lanes.lanes import lane_graph, split_prefetch_side
+from smartstage.runtime.stage.metadata import stage_defs
 from tests.runtime.helpers import drain, range_input, wait_until
 
 
@@ -94,7 +94,7 @@ def _v1_while_side(n: int = 10):
 
 
 def test_a_body_that_cannot_be_copied_is_refused_before_any_op_is_built(graph):
-    from smartstage.runtime.handoff import copy_refusal
+    from smartstage.runtime.lanes.handoff import copy_refusal
     x, tripled = _v1_while_side()
     ss.staged([tripled, x], num_threads=2, capacity=2)
     put = graph.get_operation_by_name(next(iter(stage_defs(graph))).put_node)
@@ -113,7 +113,7 @@ def test_a_body_that_cannot_be_copied_runs_on_lanes_that_feed_it(graph, caplog):
     x, tripled = _v1_while_side(30)
     y = ss.staged([tripled, x], num_threads=4, capacity=4)
     with tf.compat.v1.Session(graph=graph) as sess:
-        with caplog.at_level("WARNING", logger="smartstage.runtime.lanes"):
+        with caplog.at_level("WARNING", logger="smartstage.runtime.lanes.lanes"):
             with ss.start_prefetch_threads(sess) as threads:
                 got = drain(sess, y)
                 lanes = threads._stages[0].lanes.lanes

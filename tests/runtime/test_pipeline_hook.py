@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import smartstage as ss
-from smartstage.runtime.pipeline_hook import INPUT_BOUND_WAIT, classify
+from smartstage.runtime.hooks.pipeline_hook import INPUT_BOUND_WAIT, classify
 from tests.runtime.helpers import bounded, range_input
 
 SLEEP = 0.03

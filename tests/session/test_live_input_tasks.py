@@ -16,7 +16,7 @@ import tensorflow as tf
 import smartstage as ss
 from smartstage.config.options import options_from_config
 from smartstage.graph.names import parse_tensor_name
-from smartstage.runtime.metadata import stage_defs
+from smartstage.runtime.stage.metadata import stage_defs
 from smartstage.session.live_input_tasks import placed_stages
 from smartstage.session.session import prepare_graph
 from tests.cluster import graphs

@@ -21,10 +21,10 @@ from typing import Iterable
 import tensorflow as tf
 
 from smartstage.protos.stage_pb2 import StageDef
-from smartstage.runtime.metadata import stage_defs
-from smartstage.runtime.reinit import ReinitWatch
-from smartstage.runtime.runner import PrefetchThreads, start_prefetch_threads
-from smartstage.runtime.remote import prepare_all_lanes
+from smartstage.runtime.stage.metadata import stage_defs
+from smartstage.runtime.hooks.reinit import ReinitWatch
+from smartstage.runtime.producers.prefetch_threads import PrefetchThreads, start_prefetch_threads
+from smartstage.runtime.lanes.remote import prepare_all_lanes
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class PrefetchHook(tf.compat.v1.train.SessionRunHook):
 
     A run that re-initialises the iterator behind a stage (its initializer, or an op that depends on
     it) stops that stage's threads before the run and empties and refills the stage after it
-    (smartstage.runtime.reinit).
+    (smartstage.runtime.hooks.reinit).
     """
 
     def __init__(self, stages: Iterable[StageDef | str] | None = None):

@@ -8,7 +8,7 @@ runs: input ops (IteratorGetNext, queue dequeues, reader reads), random ops, any
 (a py_func, a variable read), with everything upstream of them and anything tied to them by a control
 edge. It runs once per batch, under one lock, so batch n is always the n-th result of the input. The
 *body* is the rest (stateless ops, read-only table lookups, Asserts): it runs on several lane threads
-at once. The head's run hands its values to lane i inside TensorFlow (runtime/handoff.py: lane i's
+at once. The head's run hands its values to lane i inside TensorFlow (runtime/lanes/handoff.py: lane i's
 input queue and its own copy of the ops that depend on the batch); the body's run fills the lane's own
 small FIFO queue (`lane_<i>/enqueue`). One merger thread moves ticket 0, 1, 2, ... from the recorded
 lane into the stage's buffer (`lane_<i>/move`: dequeue -> enqueue, in the graph, no Python copy).
@@ -16,7 +16,7 @@ lane into the stage's buffer (`lane_<i>/move`: dequeue -> enqueue, in the graph,
 Nothing of the user's graph is edited: the split is computed from the live tf.Graph when the prefetch
 threads start, and the lane ops are added next to the stage (under `<stage>/lanes`), built from the
 put's inputs as they are then (after any rewrite). A finalized graph without lanes gets none, and the
-stage runs one ordered thread. Lanes on input tasks (runtime/remote.py) still fetch and feed the head's
+stage runs one ordered thread. Lanes on input tasks (runtime/lanes/remote.py) still fetch and feed the head's
 values: their body copies are the optimizer's, placed per task.
 """
 
@@ -32,13 +32,13 @@ from tensorflow.python.ops import gen_data_flow_ops
 
 from smartstage.graph.op_types import HANDLE_OPS, ORDER_FREE_STATEFUL_OPS
 from smartstage.protos.stage_pb2 import StageDef
-from smartstage.runtime.autotune import AUTOTUNE
-from smartstage.runtime.handoff import body_to_copy, build_hand_off, copy_refusal
+from smartstage.runtime.tuning.autotune import AUTOTUNE
+from smartstage.runtime.lanes.handoff import body_to_copy, build_hand_off, copy_refusal
 
 logger = logging.getLogger(__name__)
 
 LANES_SCOPE = "lanes"
-REMOTE_LANES_SCOPE = "remote_lanes"  # lanes on input tasks (runtime/remote.py)
+REMOTE_LANES_SCOPE = "remote_lanes"  # lanes on input tasks (runtime/lanes/remote.py)
 LANE_SCOPES = (LANES_SCOPE, REMOTE_LANES_SCOPE)
 
 _UNFEEDABLE = {tf.resource, tf.variant}
@@ -136,7 +136,7 @@ class Lane:
     occupancy: tf.Tensor     # the stage buffer's size right after this lane's move
     size: tf.Tensor          # batches waiting in this lane's queue
     discard: tf.Operation    # dequeues one batch and drops it (re-initialisation)
-    hand_in: tf.Operation | None = None        # the head's enqueue into this lane (runtime/handoff.py) ...
+    hand_in: tf.Operation | None = None        # the head's enqueue into this lane (runtime/lanes/handoff.py) ...
     input_size: tf.Tensor | None = None        # ... the batches waiting for the body ...
     input_discard: tf.Operation | None = None  # ... and the drop of one (None: the head's values are fed)
     batch_bytes: tf.Tensor | None = None       # bytes of the batch this lane's copy computes
@@ -232,7 +232,7 @@ def build_lane(index: int, buffer: tf.Tensor, values: list[tf.Tensor], waits: li
 def _lane(index: int, put: tf.Operation, split: PrefetchSplit, body: list[tf.Operation] | None, buffer: tf.Tensor,
           components: list[tf.Tensor], waits: list[tf.Operation]) -> Lane:
     """Lane `index`, with its own copy of `body` fed by the head inside TensorFlow when the head hands
-    anything over (runtime/handoff.py; `body` is None when it hands nothing); otherwise the body's run
+    anything over (runtime/lanes/handoff.py; `body` is None when it hands nothing); otherwise the body's run
     reads the originals."""
     if body is None:
         return build_lane(index, buffer, components, waits)

@@ -3,8 +3,8 @@
     before:  a stage's put op, never run
     after:   StageThreads(owner, sess, stage_def).start()   # its producer threads fill the buffer
 
-By default a stage keeps input order at every thread count: its OrderedProducer (runtime/ordered.py)
-runs the put (one lane) or ordered lanes (several; runtime/lanes.py), tuned by runtime/autotune.py
+By default a stage keeps input order at every thread count: its OrderedProducer (runtime/producers/ordered.py)
+runs the put (one lane) or ordered lanes (several; runtime/lanes/lanes.py), tuned by runtime/tuning/autotune.py
 when num_threads / capacity are AUTOTUNE. A stage built with `deterministic=False` (StageDef.unordered)
 runs `num_threads` threads that each run the put, in any order, as before.
 
@@ -25,13 +25,13 @@ from tensorflow.core.protobuf import config_pb2
 
 from smartstage.errors import StageRuntimeError
 from smartstage.protos.stage_pb2 import StageDef
-from smartstage.runtime.autotune import AUTOTUNE, DEFAULT_MAX_BUFFERED_BYTES, PipelineStats, StageMeter, Tuner
-from smartstage.runtime.control import CONTROL_RUN_MILLIS, quiet_run, session_closed, wait_below
-from smartstage.runtime.lanes import LaneGraph, lane_count, lane_graph
-from smartstage.runtime.ordered import OrderedProducer
-from smartstage.runtime.pools import check_stage_pool, explicit_pool_threads, stage_pools
-from smartstage.runtime.remote import named_task_error, remote_lane_graph, remote_plan
-from smartstage.runtime.sharded import ShardedProducer
+from smartstage.runtime.tuning.autotune import AUTOTUNE, DEFAULT_MAX_BUFFERED_BYTES, PipelineStats, StageMeter, Tuner
+from smartstage.runtime.producers.control import CONTROL_RUN_MILLIS, quiet_run, session_closed, wait_below
+from smartstage.runtime.lanes.lanes import LaneGraph, lane_count, lane_graph
+from smartstage.runtime.producers.ordered import OrderedProducer
+from smartstage.runtime.tuning.pools import check_stage_pool, explicit_pool_threads, stage_pools
+from smartstage.runtime.lanes.remote import named_task_error, remote_lane_graph, remote_plan
+from smartstage.runtime.producers.sharded import ShardedProducer
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class StageThreads:
         return self._remote_options if self._remote_options is not None else self.run_options
 
     def _pools_and_tuner(self) -> tuple[dict[bool, config_pb2.RunOptions], Tuner]:
-        """The run options per pool (runtime/pools.py) and the tuner of lanes, capacity and pool."""
+        """The run options per pool (runtime/tuning/pools.py) and the tuner of lanes, capacity and pool."""
         d = self.stage_def
         config = getattr(self.sess, "_config", None)
         options, tune_pool, note = stage_pools(d, config, self.ordered, self.remote is not None)

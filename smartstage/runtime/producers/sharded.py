@@ -8,7 +8,7 @@ trainer) whenever its previous batch has been moved. The merger moves from the t
 0, 1, ..., N-1, 0, ...; a task at its end of input leaves the turn, so the order is a fixed function
 of the shards' contents (tf.data's `interleave(cycle_length=N, block_length=1)` over the tasks): no
 batch is lost or repeated, and the buffer closes after every task's last batch. A task failing (its
-error named by runtime/remote.py) arrives at its turn, after the batches before it.
+error named by runtime/lanes/remote.py) arrives at its turn, after the batches before it.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import logging
 import threading
 import time
 
-from smartstage.runtime.lanes import LaneGraph, discard_leftovers
-from smartstage.runtime.remote import RemotePlan, named_task_error
+from smartstage.runtime.lanes.lanes import LaneGraph, discard_leftovers
+from smartstage.runtime.lanes.remote import RemotePlan, named_task_error
 
 logger = logging.getLogger(__name__)
 

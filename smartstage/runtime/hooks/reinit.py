@@ -35,8 +35,8 @@ from typing import Any, Iterable, Iterator
 
 import tensorflow as tf
 
-from smartstage.runtime.metadata import stage_defs
-from smartstage.runtime.runner import PrefetchThreads
+from smartstage.runtime.stage.metadata import stage_defs
+from smartstage.runtime.producers.prefetch_threads import PrefetchThreads
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import threading
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from smartstage.runtime.control import session_closed
+from smartstage.runtime.producers.control import session_closed
 
 logger = logging.getLogger(__name__)
 

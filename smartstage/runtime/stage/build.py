@@ -35,9 +35,9 @@ from smartstage.errors import ConfigError
 from smartstage.protos.stage_pb2 import FeedDef, StageDef
 from smartstage.config.error_codes import error_codes
 from smartstage.graph.stages import missing_hook_message
-from smartstage.runtime.autotune import AUTOTUNE
-from smartstage.runtime.metadata import add_stage_def
-from smartstage.runtime.arguments import check_staged_arguments
+from smartstage.runtime.tuning.autotune import AUTOTUNE
+from smartstage.runtime.stage.metadata import add_stage_def
+from smartstage.runtime.stage.arguments import check_staged_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ def staged(
         prefetch threads fails with StageRuntimeError when the session has no such pool. Once any
         pool is configured, main-side steps run on pool 0, so give the stage pool 1. False: the
         session's pool, shared with the steps. AUTOTUNE (the default): the runtime tries the session's
-        last pool against the shared one while training and keeps the faster (runtime/pools.py: the
+        last pool against the shared one while training and keeps the faster (runtime/tuning/pools.py: the
         sessions SmartStage makes have one; a session with a single pool keeps the shared one);
         recorded as stage_subgraph_thread_pool_id = AUTOTUNE.
     stage_subgraph_stream_id: recorded on the stage for the GPU multi-stream pass.
@@ -226,7 +226,7 @@ def staged(
             component_types=dtypes,
             shapes=shapes if fully_defined else [],
             # AUTOTUNE: an unbounded queue (-1, as auto-stage builds it); the prefetch threads keep it
-            # under the tuned capacity and max_buffered_bytes (runtime/autotune.py).
+            # under the tuned capacity and max_buffered_bytes (runtime/tuning/autotune.py).
             capacity=capacity,
             shared_name=stage_name,
             name="buffer",

@@ -15,7 +15,7 @@ from typing import Any
 import tensorflow as tf
 
 from smartstage.errors import TargetError
-from smartstage.runtime.metadata import TARGETS_COLLECTION
+from smartstage.runtime.stage.metadata import TARGETS_COLLECTION
 
 
 def _operations(nodes: Any) -> list[tf.Operation]:

@@ -40,9 +40,9 @@ import tensorflow as tf
 
 from smartstage.errors import StageRuntimeError
 from smartstage.protos.stage_pb2 import StageDef
-from smartstage.runtime.metadata import stage_defs
-from smartstage.runtime.autotune import PipelineStats, TuningDecision
-from smartstage.runtime.stage_threads import StageThreads
+from smartstage.runtime.stage.metadata import stage_defs
+from smartstage.runtime.tuning.autotune import PipelineStats, TuningDecision
+from smartstage.runtime.producers.stage_threads import StageThreads
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
     after:   ticket n: head (serial) -> body on a lane -> merger moves n after n-1   -> input order
 
 With one active lane it runs today's single put per batch (ticket order is then trivial). With k > 1
-lanes (runtime/lanes.py) every worker thread, in turn: takes the next ticket and runs the head under
+lanes (runtime/lanes/lanes.py) every worker thread, in turn: takes the next ticket and runs the head under
 one lock, runs the body into its own lane queue, and records "ticket n is in lane i". The merger
 moves tickets 0, 1, 2, ... in order into the stage buffer. What each ticket's outcome means:
 
@@ -24,13 +24,13 @@ import time
 from typing import TYPE_CHECKING
 
 
-from smartstage.runtime.autotune import StageMeter, Tuner
-from smartstage.runtime.callables import ProducerRuns
-from smartstage.runtime.control import wait_below
-from smartstage.runtime.lanes import LaneGraph, discard_leftovers
+from smartstage.runtime.tuning.autotune import StageMeter, Tuner
+from smartstage.runtime.producers.callables import ProducerRuns
+from smartstage.runtime.producers.control import wait_below
+from smartstage.runtime.lanes.lanes import LaneGraph, discard_leftovers
 
 if TYPE_CHECKING:
-    from smartstage.runtime.stage_threads import StageThreads
+    from smartstage.runtime.producers.stage_threads import StageThreads
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class OrderedProducer:
         self.active = min(tuner.threads, self.workers)
         self.soft_capacity = tuner.capacity if tuner.tune_capacity else None
         self.threads: list[threading.Thread] = []
-        self.runs = ProducerRuns(self.sess, enabled=stage.remote is None)  # callables (runtime/callables.py)
+        self.runs = ProducerRuns(self.sess, enabled=stage.remote is None)  # callables (runtime/producers/callables.py)
 
     # -- control -----------------------------------------------------------------------------------
     def halted(self) -> bool:
@@ -118,7 +118,7 @@ class OrderedProducer:
             return not (self.halted() or self._head_done)
 
     def _warm(self, index: int, parts: set[str]) -> None:
-        """Builds this worker's executors before it takes a ticket (runtime/callables.py): the first batch
+        """Builds this worker's executors before it takes a ticket (runtime/producers/callables.py): the first batch
         of a lane the tuner tries must not carry them, nor stall the merger. `parts`: "direct" (worker 0's
         one-lane put) and/or "lane" (its lane's head, body and move, needed once 2 or more lanes run). Lane
         executors are built when the lane first runs, not at start: a lane the tuner never tries costs none
@@ -232,7 +232,7 @@ class OrderedProducer:
 
     def _run_head(self, index: int, ticket: int):
         split = self.lanes.split
-        hand_in = self.lanes.lanes[index].hand_in  # the values stay in TensorFlow (runtime/handoff.py)
+        hand_in = self.lanes.lanes[index].hand_in  # the values stay in TensorFlow (runtime/lanes/handoff.py)
         started = time.monotonic()
         try:
             feed = self.stage.feed_dict()

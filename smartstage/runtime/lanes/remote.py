@@ -1,6 +1,6 @@
 """Lanes on input tasks: the runtime side of scale-out (passes/input_tasks.py places, this runs).
 
-    before:  lane i runs the body on the trainer               (runtime/lanes.py)
+    before:  lane i runs the body on the trainer               (runtime/lanes/lanes.py)
     after:   lane i runs the copy of the body on task i mod N  (central: the trainer's head feeds it)
              task i runs its own shard of the input, batches interleaved round-robin  (sharded)
 
@@ -25,7 +25,7 @@ from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.ops import gen_data_flow_ops
 
 from smartstage.errors import StageRuntimeError
-from smartstage.runtime.lanes import (REMOTE_LANES_SCOPE, Lane, LaneGraph, PrefetchSplit, _batch_bytes, build_lane,
+from smartstage.runtime.lanes.lanes import (REMOTE_LANES_SCOPE, Lane, LaneGraph, PrefetchSplit, _batch_bytes, build_lane,
                                       prepare_lanes)
 
 logger = logging.getLogger(__name__)

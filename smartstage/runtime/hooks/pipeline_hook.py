@@ -30,9 +30,9 @@ from dataclasses import dataclass, replace
 import tensorflow as tf
 
 from smartstage.protos.stage_pb2 import StageDef
-from smartstage.runtime.autotune import AUTOTUNE, DEFAULT_MAX_BUFFERED_BYTES, PipelineStats
-from smartstage.runtime.metadata import stage_defs
-from smartstage.runtime.runner import latest_prefetch_threads
+from smartstage.runtime.tuning.autotune import AUTOTUNE, DEFAULT_MAX_BUFFERED_BYTES, PipelineStats
+from smartstage.runtime.stage.metadata import stage_defs
+from smartstage.runtime.producers.prefetch_threads import latest_prefetch_threads
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""Session start: graph surgery that adds a stage's lanes (queues, body copies, remote lanes); starts no thread."""
