@@ -20,6 +20,7 @@ class ExpandStage:
     name = "expand_stage"
     requires = ("partitions",)
     provides = ()
+    updates = ("stage_defs",)  # the boundary tensors / lanes of each StageDef it rewrites
 
     def run(self, graph_def: graph_pb2.GraphDef, ctx: PassContext) -> PassResult:
         view = ctx.view_of(graph_def)

@@ -81,6 +81,7 @@ class InputTasks:
     name = "input_tasks"
     requires = ("stages",)
     provides = ()
+    updates = ("stage_defs",)  # num_threads: one lane per input task at least
 
     def run(self, graph_def: graph_pb2.GraphDef, ctx: PassContext) -> PassResult:
         options = ctx.options

@@ -60,7 +60,9 @@ def test_a_pass_that_requires_what_no_earlier_pass_provides_is_refused_when_the_
 
 
 def test_the_declared_order_is_accepted_and_given_fields_need_no_provider():
-    Pipeline([Fake("a", requires=("targets", "feeds"), provides=("stages",)), Fake("b", requires=("stages",))])
+    pipeline = Pipeline([Fake("a", requires=("targets", "feeds"), provides=("stages",)),
+                         Fake("b", requires=("stages",))])
+    assert pipeline.names == ["a", "b"]
 
 
 def test_reports_say_changed_both_ways_and_the_graph_flows_from_pass_to_pass():
@@ -100,3 +102,100 @@ def test_the_verifiers_view_is_kept_for_the_next_pass():
     Pipeline([Fake("add", edit=add_node), Look("look")]).run(small(), c)
     assert seen[0] is c.view_of(seen[0].graph_def)
     assert "z" in seen[0]
+
+
+# -- the contract, checked after each pass ---------------------------------------------------------
+
+
+def copy_unchanged(graph_def):
+    new = graph_pb2.GraphDef()
+    new.CopyFrom(graph_def)
+    return new
+
+
+class SaysUnchanged(Fake):
+    """Returns a copy while reporting no change: the identity check must catch it."""
+
+    def run(self, graph_def, c):
+        return PassResult(copy_unchanged(graph_def), changed=False)
+
+
+class EditsInPlace(Fake):
+    def run(self, graph_def, c):
+        graph_def.node[0].device = "/cpu:0"
+        return PassResult(graph_def, changed=True)
+
+
+class Provides(Fake):
+    def run(self, graph_def, c):
+        c.stages = []
+        return PassResult(graph_def, changed=False)
+
+
+@dataclass
+class EditsStageDef(Fake):
+    updates: tuple = ()
+
+    def run(self, graph_def, c):
+        c.stage_defs[0].capacity = 7
+        return PassResult(graph_def, changed=False)
+
+
+def test_a_pass_reporting_no_change_must_return_the_graph_it_was_given():
+    with pytest.raises(PassError, match=r"pass 'copy' broke its contract: it reports no change but returned a "
+                                        r"different GraphDef"):
+        Pipeline([Fake("keep"), SaysUnchanged("copy")]).run(small(), ctx())
+
+
+def test_a_pass_reporting_a_change_must_not_return_its_edited_input():
+    with pytest.raises(PassError, match=r"pass 'inplace' broke its contract: it reports a change but returned the "
+                                        r"GraphDef it was given"):
+        Pipeline([EditsInPlace("inplace")]).run(small(), ctx())
+
+
+def test_what_a_pass_provides_must_be_set_after_it_runs():
+    with pytest.raises(PassError, match=r"pass 'a' broke its contract: it declares it provides stages but did not "
+                                        r"set it"):
+        Pipeline([Fake("a", provides=("stages",))]).run(small(), ctx())
+    graph, reports = Pipeline([Provides("b", provides=("stages",))]).run(small(), ctx())
+    assert [r.name for r in reports] == ["b"]
+
+
+def test_a_stage_def_changes_only_in_a_pass_that_declares_it():
+    from smartstage.protos import StageDef
+
+    c = ctx()
+    c.stage_defs = [StageDef(name="stage", capacity=2)]
+    with pytest.raises(PassError, match=r"pass 'sd' broke its contract: it edited a StageDef without declaring it"):
+        Pipeline([EditsStageDef("sd")]).run(small(), c)
+    c.stage_defs = [StageDef(name="stage", capacity=2)]
+    Pipeline([EditsStageDef("sd", updates=("stage_defs",))]).run(small(), c)
+    assert c.stage_defs[0].capacity == 7
+
+
+def test_a_pass_must_declare_its_contract_with_fields_the_context_has():
+    class Bare:
+        name = "bare"
+
+        def run(self, graph_def, c):
+            return PassResult(graph_def, changed=False)
+
+    with pytest.raises(PassError, match=r"pass 'bare' does not declare 'requires'"):
+        Pipeline([Bare()])
+    with pytest.raises(PassError, match=r"pass 'typo' declares stagez, which PassContext has no field for"):
+        Pipeline([Fake("typo", provides=("stagez",))])
+    with pytest.raises(PassError, match=r"pass 'u' declares it updates stages in place; only stage_defs"):
+        Pipeline([EditsStageDef("u", updates=("stages",))])
+
+
+def test_every_pass_of_every_flag_combination_declares_a_valid_contract():
+    from smartstage.config.options import AutoStageOptions
+    from smartstage.passes import pipeline_passes
+
+    everything = dict(do_smart_stage=True, do_smart_stage_gpu=True, stage_multi_stream=True,
+                      auto_stage=AutoStageOptions())
+    with_tasks = SmartStageOptions(**everything, input_job="input", input_tasks=2)
+    with_service = SmartStageOptions(**everything, input_mode="tfdata_service", tfdata_service="grpc://localhost:1")
+    assert Pipeline(pipeline_passes(with_tasks)).names == [
+        "find_stages", "auto_stage", "partition", "expand_stage", "gpu_placement", "multi_stream", "input_tasks"]
+    assert Pipeline(pipeline_passes(with_service)).names[-1] == "tfdata_service"
