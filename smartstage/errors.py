@@ -45,3 +45,11 @@ class StageRuntimeError(SmartStageError):
 
 class TargetError(SmartStageError, ValueError):
     """A target, fetch or feed names a node that does not exist or that sits on the prefetch side."""
+
+
+class EagerModeError(SmartStageError, RuntimeError):
+    """A tf.compat.v1 graph API was called while TensorFlow 2 executes eagerly (its default).
+
+    The message names the entry point and what to call instead: the TF2 entry point, or
+    `tf.compat.v1.disable_eager_execution()` (or `with tf.Graph().as_default():`) for a v1 graph.
+    """

@@ -17,9 +17,11 @@ from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
+from smartstage.examples.graph_mode import builds_a_v1_graph
 from smartstage.examples.options import StageFn, no_stage
 
 
+@builds_a_v1_graph
 def deeprec_smart_stage_example(
     data_path: str,
     stage_fn: StageFn = no_stage,
@@ -27,7 +29,8 @@ def deeprec_smart_stage_example(
     mark_target: Optional[Callable[[Sequence[tf.Tensor]], None]] = None,
     use_resource: bool = False,
 ) -> tf.Tensor:
-    """Builds DeepRec's example into the default graph and returns `target` ([4, 3] strings).
+    """Builds DeepRec's example into the default graph (eager mode: a new one, target.graph); returns `target`
+    ([4, 3] strings).
 
         target = deeprec_smart_stage_example(write_deeprec_example_data(path), staged)
         with tf.compat.v1.train.MonitoredTrainingSession(hooks=[...]) as sess:

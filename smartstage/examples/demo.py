@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from smartstage.examples.graph_mode import builds_a_v1_graph
 from smartstage.examples.inputs import finish_initialization, read_batches
 from smartstage.examples.layers import Seeds
 from smartstage.examples.options import InputOptions, ModelGraph, StageFn, no_stage
@@ -21,6 +22,7 @@ from smartstage.examples.options import InputOptions, ModelGraph, StageFn, no_st
 DEMO_COLUMNS = ("label", "I1", "C1", "C2")
 
 
+@builds_a_v1_graph
 def build_demo(
     data_path: str,
     stage_fn: StageFn = no_stage,
@@ -31,7 +33,8 @@ def build_demo(
     num_epochs: int | None = None,
     seed: int = 7,
 ) -> ModelGraph:
-    """Builds the demo training graph into the default graph; reads a `write_criteo_csv` file."""
+    """Builds the demo training graph into the default graph (eager mode: a new one, model.graph); reads a
+    `write_criteo_csv` file."""
     graph = tf.compat.v1.get_default_graph()
     tf.compat.v1.set_random_seed(seed)
     seeds = Seeds(seed)

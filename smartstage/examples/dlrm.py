@@ -24,6 +24,7 @@ import tensorflow as tf
 from smartstage.examples.data import CATEGORICAL_COLUMNS
 from smartstage.examples.feature_pipeline import build_feature_pipeline
 from smartstage.examples.features import CategoricalInput, categorical_inputs, combined_ids
+from smartstage.examples.graph_mode import builds_a_v1_graph
 from smartstage.examples.inputs import finish_initialization
 from smartstage.examples.layers import Seeds, embed, embedding_table, mlp
 from smartstage.examples.options import DLRMOptions, InputOptions, ModelGraph, StageFn, no_stage
@@ -73,6 +74,7 @@ def _embeddings(
     return interacting, engineered
 
 
+@builds_a_v1_graph
 def build_dlrm(
     data_path: str,
     vocabulary_paths: Optional[Mapping[str, str]] = None,
@@ -81,7 +83,7 @@ def build_dlrm(
     options: DLRMOptions = DLRMOptions(),
     input_options: InputOptions = InputOptions(),
 ) -> ModelGraph:
-    """Builds the DLRM-like training graph into the default graph.
+    """Builds the DLRM-like training graph into the default graph (eager mode: a new one, model.graph).
 
         model = build_dlrm(files.data_path, files.vocabulary_paths, stage_fn=staged)
         sess.run([model.train_op, model.loss])

@@ -17,13 +17,14 @@ from google.protobuf import text_format
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
+from smartstage.examples.graph_mode import require_a_graph
+
 GraphLike = Union[tf.Graph, graph_pb2.GraphDef, meta_graph_pb2.MetaGraphDef]
 
 
 def export_graph_def(graph: Optional[tf.Graph] = None) -> graph_pb2.GraphDef:
-    """The GraphDef of `graph` (default: the default graph)."""
-    graph = graph if graph is not None else tf.compat.v1.get_default_graph()
-    return graph.as_graph_def()
+    """The GraphDef of `graph` (default: the default graph; eager mode: pass the graph)."""
+    return require_a_graph(graph, "export_graph_def()").as_graph_def()
 
 
 def export_meta_graph_def(
@@ -34,7 +35,7 @@ def export_meta_graph_def(
     `with_saver=True` first adds a `tf.compat.v1.train.Saver` to `graph` (its save/restore nodes)
     and stores its SaverDef, so the import can restore checkpoints.
     """
-    graph = graph if graph is not None else tf.compat.v1.get_default_graph()
+    graph = require_a_graph(graph, "export_meta_graph_def()")
     saver_def = None
     if with_saver:
         with graph.as_default():

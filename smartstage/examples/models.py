@@ -5,7 +5,8 @@
     build_demo(data_path, stage_fn=...)                                                   -> ModelGraph
     deeprec_smart_stage_example(data_path, stage_fn)                                      -> target tensor
 
-Each builds into the current default tf.Graph (tf.compat.v1 style). `stage_fn` places a stage on
+Each builds into the current default tf.Graph (tf.compat.v1 style); in TF2's default eager mode, into a
+new tf.Graph of its own (`model.graph`; `graph_mode.builds_a_v1_graph`). `stage_fn` places a stage on
 the parsed columns (the hand-placed stage after parsing); the default `no_stage` places none.
 """
 

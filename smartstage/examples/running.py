@@ -3,6 +3,7 @@
     losses = run_steps(model.graph, [model.loss, model.train_op], steps=20, init_op=model.init_op)
     rate = steps_per_second(model.graph, model.train_op, steps=200, init_op=model.init_op)
 
+Both run in either of TensorFlow's modes (the graph is entered: TF2's eager mode needs no switch off).
 Both work on a graph imported from an exported MetaGraphDef too (fetch by name): initialisation
 then comes from the standard collections (variables, local variables, tables, LOCAL_INIT_OP),
 which is also what a MonitoredTrainingSession uses.
@@ -58,7 +59,7 @@ def run_steps(
                     results.append(session.run(fetches))
         return results
     init = init_op if init_op is not None else default_init_op(graph)
-    with tf.compat.v1.Session(graph=graph, config=config) as session:
+    with graph.as_default(), tf.compat.v1.Session(graph=graph, config=config) as session:  # eager mode too
         session.run(init)
         coord = tf.compat.v1.train.Coordinator()
         threads = tf.compat.v1.train.start_queue_runners(session, coord=coord)
@@ -84,7 +85,7 @@ def steps_per_second(
 ) -> float:
     """Training steps per second of a plain loop over `train_op`, after `warmup` untimed steps."""
     init = init_op if init_op is not None else default_init_op(graph)
-    with tf.compat.v1.Session(graph=graph, config=config) as session:
+    with graph.as_default(), tf.compat.v1.Session(graph=graph, config=config) as session:  # eager mode too
         session.run(init)
         coord = tf.compat.v1.train.Coordinator()
         threads = tf.compat.v1.train.start_queue_runners(session, coord=coord)

@@ -18,11 +18,13 @@ import tensorflow as tf
 
 from smartstage.examples.feature_pipeline import build_feature_pipeline
 from smartstage.examples.features import CategoricalInput, categorical_inputs, combined_ids
+from smartstage.examples.graph_mode import builds_a_v1_graph
 from smartstage.examples.inputs import finish_initialization
 from smartstage.examples.layers import Seeds, embed, embedding_table, mlp
 from smartstage.examples.options import InputOptions, ModelGraph, StageFn, WideDeepOptions, no_stage
 
 
+@builds_a_v1_graph
 def build_wide_deep(
     data_path: str,
     vocabulary_paths: Optional[Mapping[str, str]] = None,
@@ -31,7 +33,7 @@ def build_wide_deep(
     options: WideDeepOptions = WideDeepOptions(),
     input_options: InputOptions = InputOptions(),
 ) -> ModelGraph:
-    """Builds the Wide&Deep-like training graph into the default graph.
+    """Builds the Wide&Deep-like training graph into the default graph (eager mode: a new one, model.graph).
 
         model = build_wide_deep(files.data_path, files.vocabulary_paths, stage_fn=staged)
         sess.run([model.train_op, model.loss])
