@@ -111,6 +111,7 @@ class PassResult:
     details: Any = None
     edited: frozenset | None = None
     base_view: Any = None
+    edits: tuple = ()  # the graph edits as data (smartstage.graph.edits): what a live session applies too
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,7 @@ class PassReport:
     seconds: float
     summary: tuple[str, ...]
     details: Any = None
+    edits: tuple = ()  # PassResult.edits
 
 
 class Pass(Protocol):
@@ -168,7 +170,8 @@ class Pipeline:
                                 p.name, before) from e
             seconds = time.perf_counter() - start
             logger.debug("pass %s: changed=%s in %.3fs", p.name, result.changed, seconds)
-            reports.append(PassReport(p.name, result.changed, seconds, result.summary, result.details))
+            reports.append(PassReport(p.name, result.changed, seconds, result.summary, result.details,
+                                      tuple(result.edits)))
             graph_def = result.graph_def
         return graph_def, reports
 
