@@ -53,3 +53,9 @@ class EagerModeError(SmartStageError, RuntimeError):
     The message names the entry point and what to call instead: the TF2 entry point, or
     `tf.compat.v1.disable_eager_execution()` (or `with tf.Graph().as_default():`) for a v1 graph.
     """
+
+
+class SplitError(SmartStageError, ValueError):
+    """A TF2 training step or Keras model cannot be split as given (smartstage.tf2): nothing to move, an element
+    spec that does not fit the step, a step that reads Python state, a model that is not functional, ...
+    The message names the cause and the fix; nothing was changed (the user's step, model and dataset are as given)."""
