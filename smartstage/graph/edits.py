@@ -131,6 +131,7 @@ class EditLog:
         self._devices: dict[str, str] = {}
         self._attrs: dict[str, dict[str, attr_value_pb2.AttrValue | None]] = {}
         self._added: dict[str, node_def_pb2.NodeDef] = {}
+        self._reserved: set[str] = set()  # names unique_name() handed out
 
     @property
     def edits(self) -> tuple[Edit, ...]:
@@ -205,6 +206,10 @@ class EditLog:
             return tuple(self._added[name].input)
         return self.view.raw_inputs(name) if self.view is not None else ()
 
+    def inputs_edited(self, name: str) -> bool:
+        """Whether the log has set the inputs of `name` (an existing node)."""
+        return name in self._inputs
+
     def device_of(self, name: str) -> str:
         if name in self._devices:
             return self._devices[name]
@@ -221,10 +226,12 @@ class EditLog:
         return name in self._added or (self.view is not None and name in self.view)
 
     def unique_name(self, wanted: str) -> str:
-        """`wanted`, or `wanted_1`, `wanted_2`, ...: the first name neither the graph nor the log has."""
+        """`wanted`, or `wanted_1`, `wanted_2`, ...: the first name neither the graph nor the log has (nor
+        an earlier answer: the name is reserved for the node the caller is about to add)."""
         name, i = wanted, 1
-        while name in self:
+        while name in self or name in self._reserved:
             name, i = f"{wanted}_{i}", i + 1
+        self._reserved.add(name)
         return name
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from tensorflow.core.framework import graph_pb2
 
 from smartstage.errors import GraphError, NoStageError
+from smartstage.graph.edits import EditLog, apply_to_graph_def, dedupe_controls
 from smartstage.graph.names import CONTROL_PORT, TensorName, input_string
 from smartstage.graph.view import GraphView
 from smartstage.graph.stages import FIFO, StageBoundary
@@ -260,61 +261,42 @@ def _build(view: GraphView, source: InputSource, name: str, options: AutoStageOp
         reset_triggers=list(source.initializers), ready_message=missing_hook_message(name))
 
 
-def insert_stages(graph_def: graph_pb2.GraphDef, view: GraphView, chosen: list[tuple[InputSource, StageNodes]]
-                  ) -> graph_pb2.GraphDef:
-    """A new GraphDef with each stage inserted at its source: readers of the source read the take,
-    initializers first leave a stale mark. Nodes stay in topological order: a stage's other nodes
-    go before its source (and before the iterator's initializers), its put right after the source."""
-    work = graph_pb2.GraphDef()
-    work.CopyFrom(graph_def)
-    before: dict[int, list] = {}
-    after: dict[int, list] = {}
+def insert_stages(view: GraphView, chosen: list[tuple[InputSource, StageNodes]]) -> EditLog:
+    """The edits that insert each stage at its source: readers of the source read the take, initializers
+    first leave a stale mark. Nodes stay in topological order: a stage's other nodes go before its
+    source (and before the iterator's initializers), its put right after the source."""
+    log = EditLog(view)
+    current: dict[str, list[str]] = {}  # the inputs of each node edited, as planned so far
+
+    def inputs(name: str) -> list[str]:
+        if name not in current:
+            current[name] = list(view.raw_inputs(name))
+        return current[name]
+
     for source, nodes in chosen:
         take = nodes.stage_def.take_node
         slot = {tensor: j for j, tensor in enumerate(nodes.stage_def.boundary_tensors)}
         for src in source.nodes:
             for consumer, index, port in view.fanouts(src):
-                node = work.node[view.position(consumer)]
-                if port == CONTROL_PORT:
-                    node.input[index] = "^" + take
-                else:
-                    node.input[index] = input_string(take, slot[f"{src}:{port}"])
+                inputs(consumer)[index] = "^" + take if port == CONTROL_PORT else input_string(take, slot[f"{src}:{port}"])
         for initializer in source.initializers:
-            work.node[view.position(initializer)].input.append("^" + nodes.stage_def.stale_mark_node)
-        first = min(view.position(n) for n in source.nodes + source.initializers)
-        before.setdefault(first, []).extend(nodes.early)
-        after.setdefault(max(view.position(n) for n in source.nodes), []).append(nodes.put)
-    for node in work.node:  # a control edge re-routed onto a take that is also read, or twice
-        if any(s.startswith("^") for s in node.input) and len(set(node.input)) != len(node.input):
-            _dedupe_controls(node)
-    new = graph_pb2.GraphDef()
-    new.CopyFrom(work)
-    del new.node[:]
-    start = 0
-    for position in sorted(set(before) | set(after)):
-        if position in before:
-            new.node.extend(work.node[start:position])
-            new.node.extend(before[position])
-            start = position
-        if position in after:
-            new.node.extend(work.node[start:position + 1])
-            new.node.extend(after[position])
-            start = position + 1
-    new.node.extend(work.node[start:])
-    return new
+            inputs(initializer).append("^" + nodes.stage_def.stale_mark_node)
+        first = min(source.nodes + source.initializers, key=view.position)
+        for node in nodes.early:
+            log.add_node(node, before=first)
+        log.add_node(nodes.put, after=max(source.nodes, key=view.position))
+        log.set_stage_def(nodes.stage_def)
+    for name, final in current.items():
+        # a control edge re-routed onto a take that is also read, or twice
+        if any(s.startswith("^") for s in final) and len(set(final)) != len(final):
+            final = dedupe_controls(final, drop_read=True)
+        log.set_inputs(name, final)
+    return log
 
 
 def _sources_in_functions(graph_def: graph_pb2.GraphDef) -> list[tuple[str, str, str]]:
     return [(f.signature.name, n.name, n.op) for f in graph_def.library.function for n in f.node_def
             if n.op in SOURCE_OPS]
-
-
-def _dedupe_controls(node) -> None:
-    data = [s for s in node.input if not s.startswith("^")]
-    read = {s.split(":")[0] for s in data}
-    control = [s for s in dict.fromkeys(s for s in node.input if s.startswith("^")) if s[1:] not in read]
-    del node.input[:]
-    node.input.extend(data + control)
 
 
 class AutoStage:
@@ -358,7 +340,8 @@ class AutoStage:
         ctx.auto_stage = report
         if not chosen:
             return PassResult(graph_def, changed=False, summary=tuple(lines), details=report)
-        new = insert_stages(graph_def, view, chosen)
+        log = insert_stages(view, chosen)
+        new = apply_to_graph_def(graph_def, log.edits, view)
         for source, nodes in chosen:
             ctx.stages.append(StageBoundary(
                 name=nodes.name, kind=FIFO, put=nodes.put.name, take=nodes.stage_def.take_node,
@@ -370,4 +353,4 @@ class AutoStage:
             lines.append(f"{nodes.name}: inserted at {source.label}, carrying {len(nodes.stage_def.boundary_tensors)} "
                          f"tensor(s){extra}")
         logger.debug("auto_stage: inserted %s", [nodes.name for _, nodes in chosen])
-        return PassResult(new, changed=True, summary=tuple(lines), details=report)
+        return PassResult(new, changed=True, summary=tuple(lines), details=report, edits=log.edits)

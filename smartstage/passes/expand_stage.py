@@ -3,7 +3,8 @@
     before:  reader -> put ~~ take -> hash -> lookup(w) -> loss
     after:   reader -> hash -> put ~~ take -> lookup(w) -> loss
 
-Applies the partitions computed by the partition pass (see smartstage.rewrite for the edits). A stage
+Applies the partitions computed by the partition pass: smartstage.passes.rewrite records the edits in an
+edit log (smartstage.graph.edits), returned in PassResult.edits and written into a copy of the GraphDef. A stage
 whose partition was skipped (empty cut) stays exactly as it was; the summary says why.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from tensorflow.core.framework import graph_pb2
 
+from smartstage.graph.edits import EditLog, apply_to_graph_def
 from smartstage.graph.names import parse_tensor_name
 from smartstage.passes.manager import PassContext, PassResult
 from smartstage.passes.rewrite import describe_dtypes, rebuild_boundary
@@ -28,13 +30,12 @@ class ExpandStage:
         summary = [f"{p.stage.name}: unchanged: {p.skipped}" for p in ctx.partitions if not p.changes_graph]
         if not todo:
             return PassResult(graph_def, changed=False, summary=tuple(summary))
-        new = graph_pb2.GraphDef()
-        new.CopyFrom(graph_def)
+        log = EditLog(view)
         shape_of = _shapes_from(view)
         boundary_types = {}
         edited: set[str] = set()
         for p in todo:
-            dtypes, touched = rebuild_boundary(new, view, p, shape_of(p), edited)
+            dtypes, touched = rebuild_boundary(log, view, p, shape_of(p))
             edited |= touched
             boundary_types[p.stage.name] = dtypes
             summary.append(f"{p.stage.name}: moved {len(p.moved)} node(s) to the prefetch side; the buffer now "
@@ -46,9 +47,11 @@ class ExpandStage:
             if p.stage.stage_def is not None:
                 del p.stage.stage_def.boundary_tensors[:]
                 p.stage.stage_def.boundary_tensors.extend(p.boundary_after)
-        _move_late_puts(new, view, [p.stage.put for p in todo])
+                log.set_stage_def(p.stage.stage_def)
+        _move_late_puts(log, view, [p.stage.put for p in todo])
+        new = apply_to_graph_def(graph_def, log.edits, view)
         return PassResult(new, changed=True, summary=tuple(summary), details=boundary_types,
-                          edited=frozenset(edited), base_view=view)
+                          edited=frozenset(edited), base_view=view, edits=log.edits)
 
 
 def _shapes_from(view):
@@ -71,19 +74,10 @@ def _shapes_from(view):
     return for_partition
 
 
-def _move_late_puts(graph_def: graph_pb2.GraphDef, view, puts: list[str]) -> None:
+def _move_late_puts(log: EditLog, view, puts: list[str]) -> None:
     """A put now reads nodes that came after it: move it to the end, so a GraphDef in topological order
     stays in it (verification and the next run then need no sort). Every other node keeps its place."""
-    late = []
-    for put in puts:
-        index = view.position(put)
-        node = graph_def.node[index]
-        if any(view.position(parse_tensor_name(s).node) > index for s in node.input):
-            late.append(index)
-    copies = []
-    for index in sorted(late, reverse=True):
-        copy = type(graph_def.node[index])()
-        copy.CopyFrom(graph_def.node[index])
-        copies.append(copy)
-        del graph_def.node[index]
-    graph_def.node.extend(reversed(copies))
+    late = [put for put in puts
+            if any(view.position(parse_tensor_name(s).node) > view.position(put) for s in log.inputs_of(put))]
+    for put in sorted(late, key=view.position):
+        log.move_to_end(put)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from tensorflow.core.framework import graph_pb2, node_def_pb2, types_pb2
 
+from smartstage.graph.edits import EditLog, apply_to_graph_def
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.op_types import ITERATOR_READS, ORDER_FREE_STATEFUL_OPS, TABLE_READ_OPS, is_stateful_op
 from smartstage.graph.stages import FIFO, StageBoundary
@@ -87,9 +88,7 @@ class InputTasks:
         options = ctx.options
         view = ctx.view_of(graph_def)
         tasks = task_devices(options.input_job, options.input_tasks)
-        new = graph_pb2.GraphDef()
-        new.CopyFrom(graph_def)
-        index = {n.name: i for i, n in enumerate(new.node)}
+        log = EditLog(view)
         sides = prefetch_sides(view, ctx.stages)
         summary, details = [], {}
         for stage in ctx.stages:
@@ -102,17 +101,18 @@ class InputTasks:
                 plan.skipped = f"a {stage.kind} stage: only FIFO-queue stages run lanes"
             else:
                 if options.input_mode == "central":
-                    _central(new, index, view, stage, [n for n in sides.prefetch_only(stage.name) if n in view], plan)
+                    _central(log, view, stage, [n for n in sides.prefetch_only(stage.name) if n in view], plan)
                 else:  # the whole side, the iterator (shared with its initializer) included
-                    _sharded(new, index, view, stage, sorted(sides.side.get(stage.name, ())), plan)
+                    _sharded(log, view, stage, sorted(sides.side.get(stage.name, ())), plan)
             if plan.skipped:
                 summary.append(f"{stage.name}: left on the trainer: {plan.skipped}")
                 continue
-            _add_marker(new, stage, view, plan, options)
+            log.add_node(_marker(stage, view, plan, options))
             if stage.stage_def is not None:
                 lanes = len(tasks) * options.input_lanes_per_task
                 if stage.stage_def.num_threads >= 0 and stage.stage_def.num_threads < lanes:
                     stage.stage_def.num_threads = lanes  # one lane per task at least (AUTOTUNE is kept)
+                    log.set_stage_def(stage.stage_def)
             where = f"{tasks[0]}" + (f" .. task:{len(tasks) - 1}" if len(tasks) > 1 else "")
             if plan.mode == "central":
                 summary.append(f"{stage.name}: {len(plan.body)} body node(s) on {where} ({plan.copies} copied for "
@@ -123,7 +123,9 @@ class InputTasks:
                                f"shard i of {len(tasks)} ({plan.copies} node(s) copied); buffer, put and take stay")
             summary.extend(f"{stage.name}: {note}" for note in plan.notes)
         changed = any(not p.skipped for p in details.values())
-        return PassResult(new if changed else graph_def, changed=changed, summary=tuple(summary), details=details)
+        new = apply_to_graph_def(graph_def, log.edits, view) if changed else graph_def
+        return PassResult(new, changed=changed, summary=tuple(summary), details=details,
+                          edits=log.edits if changed else ())
 
 
 def _head_of(view: GraphView, side: set[str]) -> set[str]:
@@ -150,7 +152,12 @@ def _head_of(view: GraphView, side: set[str]) -> set[str]:
         head = grown
 
 
-def _central(new, index, view: GraphView, stage: StageBoundary, side: list[str], plan: StageInputPlacement) -> None:
+def _set_device(log: EditLog, name: str, device: str) -> None:
+    if log.device_of(name) != device:
+        log.set_device(name, device)
+
+
+def _central(log: EditLog, view: GraphView, stage: StageBoundary, side: list[str], plan: StageInputPlacement) -> None:
     side_set = set(side)
     head = _head_of(view, side_set)
     body = [n for n in side if n not in head]
@@ -165,14 +172,20 @@ def _central(new, index, view: GraphView, stage: StageBoundary, side: list[str],
                 cut.append(str(t))
     plan.head, plan.body, plan.cut = tuple(sorted(head)), tuple(body), tuple(cut)
     for name in body:
-        new.node[index[name]].device = plan.tasks[0]
+        _set_device(log, name, plan.tasks[0])
     order = [n for n in view.order() if n in body_set]
     for task in range(1, len(plan.tasks)):
-        plan.copies += _copy_nodes(new, view, order, body_set, stage.name, task, plan.tasks[task])
+        copies = _copies(view, order, body_set, stage.name, task, plan.tasks[task])
+        for copy in copies:
+            log.add_node(copy)
+        plan.copies += len(copies)
 
 
-def _copy_nodes(new, view: GraphView, order: list[str], copied: set[str], stage: str, task: int, device: str) -> int:
+def _copies(view: GraphView, order: list[str], copied: set[str], stage: str, task: int,
+            device: str) -> list[node_def_pb2.NodeDef]:
+    """Task `task`'s copy of each node of `order`, under `<stage>/input_task_<task>/`, on `device`."""
     scope = f"{stage}/{COPY_SCOPE.format(task)}/"
+    copies = []
     for name in order:
         copy = node_def_pb2.NodeDef()
         copy.CopyFrom(view.node(name))
@@ -190,11 +203,11 @@ def _copy_nodes(new, view: GraphView, order: list[str], copied: set[str], stage:
                 del copy.attr["_class"]
         if copy.op in _ITERATOR_OPS and copy.attr["shared_name"].s:
             copy.attr["shared_name"].s += f"_input_task_{task}".encode()
-        new.node.append(copy)
-    return len(order)
+        copies.append(copy)
+    return copies
 
 
-def _sharded(new, index, view: GraphView, stage: StageBoundary, side: list[str], plan: StageInputPlacement) -> None:
+def _sharded(log: EditLog, view: GraphView, stage: StageBoundary, side: list[str], plan: StageInputPlacement) -> None:
     iterators = [n for n in side if view.op(n) in _ITERATOR_OPS]
     reads = [n for n in side if view.op(n) in ITERATOR_READS]
     if len(iterators) != 1 or not reads:
@@ -217,39 +230,47 @@ def _sharded(new, index, view: GraphView, stage: StageBoundary, side: list[str],
     order = [n for n in view.order() if n in nodes]
     plan.body, plan.head = tuple(order), ()
     for name in order:
-        new.node[index[name]].device = plan.tasks[0]
+        _set_device(log, name, plan.tasks[0])
     count = len(plan.tasks)
-    _reroute(new, index, _add_shards(new, view, sources, 0, count, plan.tasks[0], ""), nodes)
+    added, shards = _shards(view, sources, 0, count, plan.tasks[0], "")
+    for node in added:
+        log.add_node(node)
+    _reroute(log, shards, nodes)
     for task in range(1, count):
         scope = f"{stage.name}/{COPY_SCOPE.format(task)}/"
-        plan.copies += _copy_nodes(new, view, order, nodes, stage.name, task, plan.tasks[task])
-        copied = new.node[len(new.node) - len(order):]
-        shards = _add_shards(new, view, sources, task, count, plan.tasks[task], scope)
-        for node in copied:
+        copies = _copies(view, order, nodes, stage.name, task, plan.tasks[task])
+        added, shards = _shards(view, sources, task, count, plan.tasks[task], scope)
+        for node in copies:
             node.input[:] = [_through_shard(raw, shards, scope) for raw in node.input]
-        new.node[index[maker]].input.append(f"^{scope}{maker}")
+        for node in copies + added:
+            log.add_node(node)
+        plan.copies += len(copies)
+        log.set_inputs(maker, [*log.inputs_of(maker), f"^{scope}{maker}"])
     plan.notes.append(f"sources {sources} read shard i of {count} on task i; running {maker!r} initializes "
                       "every task's copy")
 
 
-def _add_shards(new, view: GraphView, sources: list[str], task: int, count: int, device: str,
-                scope: str) -> dict[str, str]:
-    """ShardDataset(source, count, task) after each source dataset of task `task`'s copy."""
-    shards = {}
+def _shards(view: GraphView, sources: list[str], task: int, count: int, device: str,
+            scope: str) -> tuple[list[node_def_pb2.NodeDef], dict[str, str]]:
+    """ShardDataset(source, count, task) after each source dataset of task `task`'s copy: the new nodes,
+    and the shard of each source."""
+    nodes, shards = [], {}
     for source in sources:
         base = f"{scope}{source}/input_shard"
         for suffix, value in (("num_shards", count), ("index", task)):
-            const = new.node.add(name=f"{base}/{suffix}", op="Const", device=device)
+            const = node_def_pb2.NodeDef(name=f"{base}/{suffix}", op="Const", device=device)
             const.attr["dtype"].type = types_pb2.DT_INT64
             const.attr["value"].tensor.dtype = types_pb2.DT_INT64
             const.attr["value"].tensor.int64_val.append(value)
-        shard = new.node.add(name=base, op="ShardDataset", device=device,
-                             input=[f"{scope}{source}", f"{base}/num_shards", f"{base}/index"])
+            nodes.append(const)
+        shard = node_def_pb2.NodeDef(name=base, op="ShardDataset", device=device,
+                                     input=[f"{scope}{source}", f"{base}/num_shards", f"{base}/index"])
         for key in ("output_types", "output_shapes"):
             shard.attr[key].CopyFrom(view.node(source).attr[key])
         shard.attr["require_non_empty"].b = False
+        nodes.append(shard)
         shards[source] = base
-    return shards
+    return nodes, shards
 
 
 def _through_shard(raw: str, shards: dict[str, str], scope: str) -> str:
@@ -260,22 +281,25 @@ def _through_shard(raw: str, shards: dict[str, str], scope: str) -> str:
     return raw
 
 
-def _reroute(new, index, shards: dict[str, str], nodes: set[str]) -> None:
+def _reroute(log: EditLog, shards: dict[str, str], nodes: set[str]) -> None:
     """Task 0's readers of each source read its shard instead."""
-    for name in nodes:
-        node = new.node[index[name]]
-        node.input[:] = [shards[parse_tensor_name(raw).node]
-                         if not raw.startswith("^") and parse_tensor_name(raw).node in shards else raw
-                         for raw in node.input]
+    for name in sorted(nodes):
+        inputs = log.inputs_of(name)
+        rerouted = [shards[parse_tensor_name(raw).node]
+                    if not raw.startswith("^") and parse_tensor_name(raw).node in shards else raw for raw in inputs]
+        if rerouted != list(inputs):
+            log.set_inputs(name, rerouted)
 
 
-def _add_marker(new, stage: StageBoundary, view: GraphView, plan: StageInputPlacement, options) -> None:
-    marker = new.node.add(name=f"{stage.name}/{MARKER}", op="NoOp", device=view.node(stage.put).device)
+def _marker(stage: StageBoundary, view: GraphView, plan: StageInputPlacement, options) -> node_def_pb2.NodeDef:
+    """The NoOp `<stage>/input_tasks` whose attributes hold the plan the runtime reads."""
+    marker = node_def_pb2.NodeDef(name=f"{stage.name}/{MARKER}", op="NoOp", device=view.node(stage.put).device)
     marker.attr[ATTR_TASKS].list.s.extend(t.encode() for t in plan.tasks)
     marker.attr[ATTR_MODE].s = plan.mode.encode()
     marker.attr[ATTR_CUT].list.s.extend(t.encode() for t in plan.cut)
     marker.attr[ATTR_TIMEOUT].i = options.input_timeout_millis
     marker.attr[ATTR_LANES].i = options.input_lanes_per_task
+    return marker
 
 
 __all__ = ["InputTasks", "StageInputPlacement", "task_devices", "MARKER", "COPY_SCOPE"]

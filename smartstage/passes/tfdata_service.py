@@ -34,8 +34,9 @@ import re
 import warnings
 from dataclasses import dataclass
 
-from tensorflow.core.framework import function_pb2, graph_pb2, types_pb2
+from tensorflow.core.framework import function_pb2, graph_pb2, node_def_pb2, types_pb2
 
+from smartstage.graph.edits import EditLog, apply_to_graph_def
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.op_types import (FEED_OPS, HANDLE_OPS, ITERATOR_READS, QUEUE_READS, READER_READS, TABLE_READ_OPS,
                                        is_stateful_op)
@@ -172,50 +173,56 @@ class TfDataService:
         chosen = [fit for fit in fits.values() if not fit.skipped]
         if not chosen:
             return PassResult(graph_def, changed=False, summary=tuple(summary), details=fits)
-        new = graph_pb2.GraphDef()
-        new.CopyFrom(graph_def)
+        log = EditLog(view)
+        library = {f.signature.name: f for f in graph_def.library.function}
         for fit in chosen:
-            _fold(new, view, fit, address)
+            _fold(log, view, fit, address, library)
             logger.info("stage %r: %d body node(s) folded into its dataset, distributed to %s", fit.stage,
                         len(fit.body), address)
             summary.append(f"{fit.stage}: {len(fit.body)} body node(s) folded into the dataset's map, the pipeline "
                            f"distributed to tf.data service at {address} ({PROCESSING_MODE} sharding: each record at "
                            f"most once, order and batches not the unoptimized graph's); running {fit.maker!r} "
                            f"starts it; the put reads {fit.stage}/{SCOPE}/IteratorGetNext")
-        return PassResult(new, changed=True, summary=tuple(summary), details=fits)
+        new = apply_to_graph_def(graph_def, log.edits, view)
+        return PassResult(new, changed=True, summary=tuple(summary), details=fits, edits=log.edits)
 
 
-def _fold(new: graph_pb2.GraphDef, view: GraphView, fit: ServiceFit, address: str) -> None:
-    """Adds the service chain and its iterator for `fit`, rewires the put and the initializer, drops the body."""
+def _fold(log: EditLog, view: GraphView, fit: ServiceFit, address: str,
+          library: dict[str, function_pb2.FunctionDef]) -> None:
+    """Records the service chain and its iterator for `fit`, the put and the initializer rewired, the body
+    dropped. `library`: the functions the graph has, with those added so far (updated here)."""
     scratch = _service_graph(view, fit, address, f"{fit.stage}/{SCOPE}/")
-    renamed = _function_names(scratch, {f.signature.name: f for f in new.library.function}, fit.stage)
+    renamed = _function_names(scratch, library, fit.stage)
     functions = {f.signature.name: f for f in scratch.library.function}
     for name in renamed:  # in the order of their new names: the library's own order varies
-        copy = new.library.function.add()
+        copy = function_pb2.FunctionDef()
         copy.CopyFrom(functions[name])
         copy.signature.name = renamed[name]
         for node in copy.node_def:
             _rename_functions(node.attr, renamed)
+        log.add_function(copy)
+        library[copy.signature.name] = copy
     dropped = set(fit.body) - set(fit.kept) | {fit.read}
-    remaining = [n for n in new.node if n.name not in dropped]
-    del new.node[:]
-    new.node.extend(remaining)
+    for name in view.names():
+        if name in dropped:
+            log.remove_node(name)
     device = view.node(fit.read).device  # the old read's: the new iterator and its chain run where it ran
     for node in scratch.node:
         if node.name != _SOURCE:
-            copy = new.node.add()
+            copy = node_def_pb2.NodeDef()
             copy.CopyFrom(node)
             copy.device = device
             copy.input[:] = [fit.dataset if raw == _SOURCE else raw for raw in node.input]
             _rename_functions(copy.attr, renamed)
-    by_name = {n.name: n for n in new.node}
+            log.add_node(copy)
     maker = next(n.name for n in scratch.node if n.op == "MakeIterator")
     read = next(n.name for n in scratch.node if n.op in ITERATOR_READS)
-    by_name[fit.maker].input.append(f"^{maker}")
-    put = by_name[fit.put]
-    data = [k for k, raw in enumerate(put.input) if not raw.startswith("^")][1:]  # after the queue handle
+    log.set_inputs(fit.maker, [*log.inputs_of(fit.maker), f"^{maker}"])
+    put = list(log.inputs_of(fit.put))
+    data = [k for k, raw in enumerate(put) if not raw.startswith("^")][1:]  # after the queue handle
     for k, position in enumerate(data):
-        put.input[position] = f"{read}:{k}"
+        put[position] = f"{read}:{k}"
+    log.set_inputs(fit.put, put)
 
 
 def _service_graph(view: GraphView, fit: ServiceFit, address: str, scope: str) -> graph_pb2.GraphDef:

@@ -122,7 +122,7 @@ def test_log_answers_with_what_is_planned_so_far():
     assert log.inputs_of("c") == ("a", "^d")
     assert log.device_of("b") == "/cpu:0"
     assert log.attr_of("b", "T") == INT and log.attr_of("c", "T") == FLOAT
-    assert log.unique_name("b") == "b_2"
+    assert log.unique_name("b") == "b_2" and log.unique_name("b") == "b_3"
     assert log.edits == (SetInputs("c", ("a", "^d")), SetDevice("b", "/cpu:0"), SetAttr("b", "T", INT),
                          AddNode(identity("b_1", "a")))
     assert touched_nodes(log.edits) == {"b", "c", "b_1"}

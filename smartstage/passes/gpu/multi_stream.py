@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 
 from tensorflow.core.framework import attr_value_pb2, graph_pb2
 
+from smartstage.graph.edits import EditLog, apply_to_graph_def
 from smartstage.graph.stages import StageBoundary
 from smartstage.passes.manager import PassContext, PassResult
 from smartstage.passes.gpu.prefetch_sides import prefetch_sides
@@ -111,12 +112,11 @@ class MultiStream:
         summary.append(f"{STREAM_ATTR} is read by DeepRec's multi-stream runtime; stock TensorFlow ignores it")
         if not wanted:
             return PassResult(graph_def, changed=False, summary=tuple(summary), details=tuple(reports))
-        new = graph_pb2.GraphDef()
-        new.CopyFrom(graph_def)
-        for node in new.node:
-            if node.name in wanted:
-                node.attr[STREAM_ATTR].CopyFrom(attr_value_pb2.AttrValue(i=wanted[node.name]))
-        return PassResult(new, changed=True, summary=tuple(summary), details=tuple(reports))
+        log = EditLog(view)
+        for name in sorted(wanted, key=view.position):
+            log.set_attr(name, STREAM_ATTR, attr_value_pb2.AttrValue(i=wanted[name]))
+        return PassResult(apply_to_graph_def(graph_def, log.edits, view), changed=True, summary=tuple(summary),
+                          details=tuple(reports), edits=log.edits)
 
 
 __all__ = ["MultiStream", "STREAM_ATTR", "StageStreams", "stream_id_of"]

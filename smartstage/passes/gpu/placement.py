@@ -43,6 +43,7 @@ import logging
 
 from tensorflow.core.framework import graph_pb2, node_def_pb2, types_pb2
 
+from smartstage.graph.edits import apply_to_graph_def, dedupe_controls
 from smartstage.graph.view import GraphView
 from smartstage.graph.names import input_string, parse_tensor_name
 from smartstage.graph.op_types import is_stateful_op, op_def
@@ -107,12 +108,13 @@ class GpuPlacement:
             summary.append("nothing to place: every prefetch-side node is on its CPU already and no buffer needs "
                            "to move")
             return PassResult(graph_def, changed=False, summary=tuple(summary), details=tuple(placements))
-        return PassResult(planner.edits.apply(graph_def), changed=True, summary=tuple(summary),
-                          details=tuple(placements))
+        edits = planner.edits.edits
+        return PassResult(apply_to_graph_def(graph_def, edits, view), changed=True, summary=tuple(summary),
+                          details=tuple(placements), edits=edits)
 
 
 class _Planner:
-    """Decides every edit of one run of the pass (analysis; PlacementEdits.apply is the only writer)."""
+    """Decides every edit of one run of the pass (analysis; apply_to_graph_def is the only writer)."""
 
     def __init__(self, view: GraphView, stages: list[StageBoundary], main_device: str | None, max_copy_bytes: int):
         self.view = view
@@ -242,7 +244,7 @@ class _Planner:
         view, sides = self.view, self.sides
         consumers = [n for n in sides.prefetch_only(stage.name) if sides.owners[n][0] == stage.name] + [stage.put]
         for consumer in consumers:
-            inputs = list(self.edits.inputs.get(consumer, view.node(consumer).input))
+            inputs = list(self.edits.inputs_of(consumer))
             rewired = False
             for i, s in enumerate(inputs):
                 t = parse_tensor_name(s)
@@ -253,7 +255,7 @@ class _Planner:
                     inputs[i] = input_string(copy, t.port)
                     rewired = True
             if rewired:
-                self.edits.inputs[consumer] = _dedup_controls(inputs)
+                self.edits.set_inputs(consumer, dedupe_controls(inputs))
 
     def _copy(self, stage: StageBoundary, name: str) -> str | None:
         """The prefetch-side copy of shared node `name` for `stage` (made on first use), or None to read it."""
@@ -286,8 +288,8 @@ class _Planner:
             t = parse_tensor_name(s)
             inner = self._copy(stage, t.node) if t.node in self.sides.shared else None
             copy.input.append(input_string(inner, t.port) if inner else s)
-        copy.input[:] = _dedup_controls(list(copy.input))
-        self.edits.new_nodes.append(copy)
+        copy.input[:] = dedupe_controls(copy.input)
+        self.edits.add_node(copy)
         self._copy_of[key] = copy.name
         self.copies[stage.name].append((name, copy.name))
         return copy.name
@@ -350,12 +352,6 @@ class _Planner:
             boundary=tuple(boundary), copies=tuple(self.copies[stage.name]), kept=tuple(self.kept[stage.name]),
             notes=tuple(notes))
         return placement
-
-
-def _dedup_controls(inputs: list[str]) -> list[str]:
-    data = [s for s in inputs if not s.startswith("^")]
-    control = list(dict.fromkeys(s for s in inputs if s.startswith("^")))
-    return data + control
 
 
 __all__ = ["COPY_SCOPE", "GpuPlacement", "MAX_COPY_BYTES"]
