@@ -13,7 +13,10 @@
                                          take either config spelling and apply SmartStage (compat.sessions)
     tf.layers, tf.keras                  TensorFlow 2.21's legacy Keras (tf-keras), whatever was imported first
     DeepRec-only features                one DeepRecFeatureError naming the script flag that turns them off
-                                         (compat.deeprec_only); embedding_column(do_fusion=) maps to the stock column
+                                         (compat.deeprec_only)
+    DeepRec-only keywords of stock APIs  accepted where the stock call computes the same (do_fusion on the
+                                         feature columns, linear_model, input_layer), else DeepRecFeatureError
+                                         naming the script flag (compat.keywords)
 
 DeepRec scripts are TensorFlow 1 programs, so importing this module turns eager execution off.
 """
@@ -28,14 +31,8 @@ from smartstage.session.monitored import MonitoredTrainingSession
 from smartstage.session.session import Session
 
 from . import imports, sessions
-from .deeprec_only import (
-    UNSUPPORTED,
-    DeepRecFeatureError,
-    EmbeddingVariableOption,
-    embedding_column,
-    raiser,
-    variable_scope,
-)
+from .deeprec_only import UNSUPPORTED, DeepRecFeatureError, EmbeddingVariableOption, raiser, variable_scope
+from .keywords import FEATURE_COLUMN_APIS, with_deeprec_keywords
 from .keras import legacy_keras_v1, legacy_layers
 from .namespace import Namespace
 
@@ -58,7 +55,7 @@ class _NoEstimator(Namespace):
 
 
 train = Namespace(__name__ + ".tf.train", _tf.compat.v1.train, {
-    "MonitoredTrainingSession": MonitoredTrainingSession,
+    "MonitoredTrainingSession": with_deeprec_keywords(MonitoredTrainingSession, "tf.train.MonitoredTrainingSession"),
     "MonitoredSession": sessions.MonitoredSession,
     "SingularMonitoredSession": sessions.SingularMonitoredSession,
     "ChiefSessionCreator": sessions.ChiefSessionCreator,
@@ -69,8 +66,13 @@ train = Namespace(__name__ + ".tf.train", _tf.compat.v1.train, {
 })
 
 feature_column = Namespace(__name__ + ".tf.feature_column", _tf.compat.v1.feature_column, {
-    "embedding_column": embedding_column,
+    **FEATURE_COLUMN_APIS,
     **_unsupported("feature_column."),
+})
+
+config = Namespace(__name__ + ".tf.config", _tf.compat.v1.config, {
+    "experimental": Namespace(__name__ + ".tf.config.experimental", _tf.compat.v1.config.experimental,
+                              _unsupported("config.experimental.")),
 })
 
 tf = Namespace(__name__ + ".tf", _tf.compat.v1, {
@@ -81,6 +83,7 @@ tf = Namespace(__name__ + ".tf", _tf.compat.v1, {
     "Session": Session,
     "train": train,
     "feature_column": feature_column,
+    "config": config,
     "variable_scope": variable_scope,
     "EmbeddingVariableOption": EmbeddingVariableOption,
     "estimator": _NoEstimator(__name__ + ".tf.estimator", _tf.compat.v1, {}),

@@ -69,6 +69,12 @@ UNSUPPORTED = {
     "CBFFilter": Unsupported(
         "tf.CBFFilter", "admits ids into an EmbeddingVariable through a counting Bloom filter",
         "--ev_filter None (leave the flag out)"),
+    "get_multihash_variable": Unsupported(
+        "tf.get_multihash_variable", "an embedding built from several smaller hashed tables (Multi-Hash Variable)",
+        "--multihash False"),
+    "config.experimental.enable_distributed_strategy": Unsupported(
+        "tf.config.experimental.enable_distributed_strategy", "starts DeepRec's collective group-embedding "
+        "strategy", "--group_embedding None (leave the flag out)"),
 }
 
 WORK_QUEUE = Unsupported(
@@ -111,30 +117,6 @@ class EmbeddingVariableOption:
 def log_once(message: str) -> None:
     """Logs `message` at WARNING the first time only."""
     logger.warning("%s", message)
-
-
-def embedding_column(categorical_column, dimension, combiner="mean", initializer=None, ckpt_to_load_from=None,
-                     tensor_name_in_ckpt=None, max_norm=None, trainable=True, use_safe_embedding_lookup=True,
-                     do_fusion=None, **deeprec_only: Any):
-    """tf.feature_column.embedding_column; DeepRec's `do_fusion` is accepted and the stock column is built.
-
-        before:  embedding_column(col, 16, combiner='mean', do_fusion=True)   # TypeError on stock TF
-        after:   the same column as embedding_column(col, 16, combiner='mean')
-
-    DeepRec's fused embedding lookup computes the same combiner over the same rows in one kernel, so the
-    stock lookup is its equivalent.
-    """
-    if deeprec_only:
-        raise DeepRecFeatureError(
-            f"tf.feature_column.embedding_column: DeepRec-only argument(s) {sorted(deeprec_only)} have no stock "
-            f"TensorFlow equivalent; remove them from the call")
-    if do_fusion:
-        log_once(f"embedding_column(do_fusion={do_fusion!r}): DeepRec's fused lookup is not available on stock "
-                 "TensorFlow; the stock lookup computes the same embeddings")
-    return _tf.compat.v1.feature_column.embedding_column(
-        categorical_column, dimension, combiner=combiner, initializer=initializer, ckpt_to_load_from=ckpt_to_load_from,
-        tensor_name_in_ckpt=tensor_name_in_ckpt, max_norm=max_norm, trainable=trainable,
-        use_safe_embedding_lookup=use_safe_embedding_lookup)
 
 
 class variable_scope(_tf.compat.v1.variable_scope):  # noqa: N801  (TensorFlow's name)

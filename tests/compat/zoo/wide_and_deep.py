@@ -75,9 +75,17 @@ class WDL():
                     dnn_logits = tf.layers.dense(net, units=1, activation=None, name=dnn_logits_scope)
                     self._add_layer_summary(dnn_logits, dnn_logits_scope.name)
         with tf.variable_scope('linear', partitioner=self._dense_layer_partitioner) as scope:
-            linear_logits = tf.feature_column.linear_model(units=1, features=self._feature,
-                                                           feature_columns=self._wide_column, sparse_combiner='sum',
-                                                           weight_collections=None, trainable=True)
+            if self.tf or not args.emb_fusion:
+                linear_logits = tf.feature_column.linear_model(units=1, features=self._feature,
+                                                               feature_columns=self._wide_column,
+                                                               sparse_combiner='sum', weight_collections=None,
+                                                               trainable=True)
+            else:
+                '''Embedding Fusion Feature: DeepRec's linear_model takes do_fusion too'''
+                linear_logits = tf.feature_column.linear_model(units=1, features=self._feature,
+                                                               feature_columns=self._wide_column,
+                                                               sparse_combiner='sum', weight_collections=None,
+                                                               trainable=True, do_fusion=args.emb_fusion)
             self._add_layer_summary(linear_logits, scope.name)
         self._logits = tf.add_n([dnn_logits, linear_logits])
         self.probability = tf.math.sigmoid(self._logits)
