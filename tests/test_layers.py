@@ -25,7 +25,7 @@ LAYER = {
     "smartstage.config": 1, "smartstage.graph": 1,
     "smartstage.passes": 2, "smartstage.runtime": 2,
     "smartstage.optimizer": 3, "smartstage.result": 3,
-    "smartstage.inspection": 4, "smartstage.session": 4,
+    "smartstage.inspection": 4, "smartstage.session": 4, "smartstage.tf2": 4,
     "smartstage.cli": 5, "smartstage.compat": 5, "smartstage": 5,
     "smartstage.examples": 0,
 }

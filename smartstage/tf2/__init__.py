@@ -1,0 +1,33 @@
+"""SmartStage for TensorFlow 2: a `tf.function` training step, or a Keras model's fit, with its input
+preprocessing moved into the tf.data pipeline (docs/tf2.md).
+
+    split = ss.tf2.split(train_step, dataset)       # for batch in split.dataset: split.step(batch)
+    history = ss.tf2.fit(model, dataset, epochs=3)  # Keras 3: preprocessing layers run in the dataset
+    check = ss.tf2.compare(train_step, dataset, steps=50)   # split vs unsplit, step by step
+
+    trace      the step traced for the dataset's element spec, with its checks
+    state      what each captured tensor is (variable, read-only variable, table, value) and whether it may move
+    analysis   the function graph as a v1 stage, partitioned by optimize()
+    surgery    the two sides cut out of the function graph by edit records
+    functions  the map function and the main tf.function built from them
+    split      split() and SplitStep
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    "smartstage.tf2.split": ("SplitStep", "split"),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'smartstage.tf2' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

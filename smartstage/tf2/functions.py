@@ -1,0 +1,97 @@
+"""functions: the two TF2 functions built from the two sides of a split step.
+
+    prefetch side -> a map function:   dataset.map(prefetch_fn, num_parallel_calls=AUTOTUNE, deterministic=True)
+    main side     -> a tf.function:    main_fn(*boundary) runs the rest of the step on the SAME variables
+
+Each side's GraphDef is imported into the function being traced (`tf.graph_util.import_graph_def` with an
+`input_map`): the input placeholders read the map function's arguments or the boundary tensors, and every
+captured placeholder reads the user's own resource handle, captured again here. So the main side updates
+the user's variables and optimizer slots, and a lookup on the prefetch side reads the user's table.
+Imported once per trace; each call runs the imported graph like any traced step.
+
+The other stock ways to build a function from part of a graph (`tf.compat.v1.wrap_function(...).prune`,
+`function_def_to_graph`) are compared in docs/tf2.md ("How the two functions are built").
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+
+from smartstage.graph.view import GraphView
+from smartstage.tf2.surgery import Sides
+from smartstage.tf2.trace import TracedStep
+
+logger = logging.getLogger(__name__)
+
+IMPORT_SCOPE = "step"
+
+
+def _capture_map(graph_def: graph_pb2.GraphDef, traced: TracedStep) -> dict[str, Any]:
+    """{placeholder tensor: the user's captured tensor} for the captures this side still reads."""
+    names = {node.name for node in graph_def.node}
+    return {f"{c.placeholder}:0": c.external for c in traced.captures if c.placeholder in names}
+
+
+def _import(graph_def: graph_pb2.GraphDef, input_map: dict[str, tf.Tensor], captures: dict[str, Any],
+            returns: list[str]) -> list:
+    graph = tf.compat.v1.get_default_graph()
+    full_map = dict(input_map)
+    for name, external in captures.items():
+        full_map[name] = graph.capture(external)  # the user's handle, captured by the function being traced
+    return tf.graph_util.import_graph_def(graph_def, input_map=full_map, return_elements=returns, name=IMPORT_SCOPE)
+
+
+def prefetch_function(sides: Sides, traced: TracedStep) -> Callable:
+    """The map function: a dataset element in, the boundary tensors out (a tuple, in boundary order)."""
+    captures = _capture_map(sides.prefetch_graph_def, traced)
+    kept = {node.name for node in sides.prefetch_graph_def.node}
+    inputs = traced.inputs
+    extra = list(sides.prefetch_extra)
+
+    def prefetch_side(*element):
+        flat = tf.nest.flatten(element, expand_composites=True)
+        input_map = {f"{name}:0": value for name, value in zip(inputs, flat) if name in kept}
+        found = _import(sides.prefetch_graph_def, input_map, captures, list(sides.boundary) + extra)
+        boundary, effects = found[:len(sides.boundary)], found[len(sides.boundary):]
+        if effects:  # moved ops the main side waited for: they run before the batch is handed over
+            with tf.control_dependencies(effects):
+                boundary = [tf.identity(t) for t in boundary]
+        return tuple(boundary)
+
+    return prefetch_side
+
+
+def boundary_specs(sides: Sides, traced: TracedStep) -> list[tf.TensorSpec]:
+    graph = traced.concrete.graph
+    return [tf.TensorSpec(graph.get_tensor_by_name(t).shape, graph.get_tensor_by_name(t).dtype) for t in sides.boundary]
+
+
+def main_function(sides: Sides, traced: TracedStep, jit_compile: bool | None) -> Callable:
+    """The main side as a tf.function of the boundary tensors, returning what the step returned."""
+    captures = _capture_map(sides.main_graph_def, traced)
+    view = GraphView(sides.main_graph_def)
+    effects = [op for op in traced.control_outputs if op in view]
+    outputs = list(traced.outputs)
+    structure = traced.concrete.structured_outputs
+
+    def main_side(*boundary):
+        input_map = {f"{name}:0": value for name, value in zip(sides.main_inputs, boundary)}
+        found = _import(sides.main_graph_def, input_map, captures, outputs + effects)
+        values = found[:len(outputs)]
+        if effects:  # the step's updates run before its outputs are returned, as in the traced step
+            with tf.control_dependencies(found[len(outputs):]):
+                values = [tf.identity(v) for v in values]
+        if structure is None:
+            return None
+        return tf.nest.pack_sequence_as(structure, values, expand_composites=True)
+
+    main_side.__name__ = f"{getattr(traced.function, '__name__', 'step')}_main_side"
+    return tf.function(main_side, input_signature=boundary_specs(sides, traced), jit_compile=jit_compile,
+                       autograph=False)
+
+
+__all__ = ["IMPORT_SCOPE", "boundary_specs", "main_function", "prefetch_function"]

@@ -1,0 +1,143 @@
+"""split(): a TF2 `tf.function` training step and its dataset, split so the input preprocessing runs in the
+dataset (a deterministic parallel map, then prefetch) and the step keeps the rest, on the same variables.
+
+    before:  for batch in ds:  train_step(batch)
+    after:   split = ss.tf2.split(train_step, ds)
+             for batch in split.dataset:  split.step(batch)        # or: ds2, step2 = split
+             print(split.summary())                                 # moved, pinned with reasons, boundary
+
+The partition is the v1 one (smartstage.tf2.analysis), the two sides are cut by edit records
+(smartstage.tf2.surgery) and built into functions (smartstage.tf2.functions). Nothing of the user's is
+changed: the step and dataset are as given, and split() raises SplitError before building anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import tensorflow as tf
+
+from smartstage.errors import SplitError
+from smartstage.tf2.analysis import STAGE, Analysis, analyse
+from smartstage.tf2.functions import boundary_specs, main_function, prefetch_function
+from smartstage.tf2.state import static_tables, step_roots
+from smartstage.tf2.surgery import Sides, cut
+from smartstage.tf2.trace import TracedStep, trace_step
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SplitStep:
+    """A split step: `dataset` yields the boundary tensors of each batch, in input order; `step(batch)` runs
+    the main side on them and returns what the user's step returned. Unpacks as `ds2, step2 = split`."""
+
+    dataset: tf.data.Dataset
+    step: Callable
+    traced: TracedStep
+    analysis: Analysis
+    sides: Sides
+    deterministic: bool = True
+    main_function: Any = field(default=None, repr=False)  # the tf.function behind `step`
+    prefetch_function: Callable | None = field(default=None, repr=False)  # the map function
+
+    def __iter__(self):
+        return iter((self.dataset, self.step))
+
+    @property
+    def result(self):
+        """The OptimizeResult of the step's analysis graph (smartstage.tf2.analysis)."""
+        return self.analysis.result
+
+    @property
+    def moved(self) -> tuple[str, ...]:
+        return self.analysis.partition.moved
+
+    @property
+    def pinned(self) -> dict:
+        return dict(self.analysis.partition.pinned)
+
+    @property
+    def boundary(self) -> tuple[str, ...]:
+        """The tensors each dataset element carries, in order (names in the step's function graph)."""
+        return self.sides.boundary
+
+    def summary(self) -> str:
+        """What moved, what stayed and why, what crosses, what each capture is, and how the dataset runs."""
+        lines = [f"TF2 step {getattr(self.traced.function, '__name__', 'step')!r}: the stage is its inputs "
+                 f"({STAGE!r} in the analysis graph)", self.result.summary()]
+        if self.analysis.states:
+            lines.append("captured state:")
+            lines.extend(f"  {s.placeholder}: {s.kind} {s.name!r} ({'may move' if s.movable else 'pinned'}: "
+                         f"{s.reason})" for s in self.analysis.states)
+        order = "deterministic=True" if self.deterministic else "deterministic=False (batches may arrive out of order)"
+        lines.append(f"dataset: map(prefetch side, num_parallel_calls=AUTOTUNE, {order}).prefetch(AUTOTUNE), "
+                     f"{len(self.boundary)} tensor(s) per element")
+        return "\n".join(lines)
+
+    def diff(self):
+        """The GraphDiff of the analysis graph before and after (renderers: smartstage.inspection.render)."""
+        return self.result.diff()
+
+    def explain(self, node: str):
+        """Why `node` of the step's graph moved or stayed (an Explanation; .text() for the sentence)."""
+        from smartstage.inspection.explain import explain
+
+        return explain(self.analysis.graph_def, node, result=self.result)
+
+    def html(self) -> str:
+        """The self-contained HTML report of the split (the v1 report of the analysis graph)."""
+        from smartstage.inspection.render import html_report
+
+        return html_report(self.diff(), self.result)
+
+
+def _check_dataset(dataset) -> None:
+    if not isinstance(dataset, tf.data.Dataset):
+        raise SplitError(f"split(): dataset is a {type(dataset).__name__}, not a tf.data.Dataset; pass the dataset "
+                         "the step's loop iterates (tf.data.Dataset.from_tensor_slices(...) for arrays)")
+
+
+def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, jit_compile: bool | None = None,
+          num_parallel_calls: int = tf.data.AUTOTUNE, state=(), check_retrace: bool = True) -> SplitStep:
+    """Splits a `tf.function` step: preprocessing into `dataset.map`, the rest into a new step.
+
+    step: the @tf.function the loop calls as step(batch) or step(*batch). dataset: what the loop iterates.
+    deterministic: batches reach the step in input order (False is an explicit opt-out: faster, unordered).
+    read_only: variables that are not trainable and only read by the step may move (module state.py).
+    jit_compile: for the main side (default: the step's own). state: objects holding the step's tables when
+    its closure does not reach them (a model, a module). check_retrace: trace twice to catch Python state.
+
+        before:  for batch in ds: train_step(batch)
+        after:   ds2, step2 = ss.tf2.split(train_step, ds);  for batch in ds2: step2(batch)
+    """
+    _check_dataset(dataset)
+    traced = trace_step(step, dataset.element_spec, check_retrace=check_retrace)
+    tables = static_tables(step_roots(step) + list(state))
+    analysis = analyse(traced, tables, read_only)
+    partition = analysis.partition
+    if not partition.changes_graph:
+        raise SplitError(f"split(): nothing in {getattr(step, '__name__', 'the step')!r} can move to the input "
+                         f"pipeline ({partition.skipped or 'no op depends on the batch alone'}); the step and "
+                         "dataset are fine as they are: iterate the dataset with .prefetch(tf.data.AUTOTUNE)")
+    graph = traced.concrete.graph
+    shapes = {t: graph.get_tensor_by_name(t).shape.as_proto() for t in partition.boundary_after}
+    sides = cut(traced.graph_def, partition.moved, traced.inputs, tuple(partition.boundary_after), shapes)
+    prefetch_fn = prefetch_function(sides, traced)
+    main_fn = main_function(sides, traced, traced.jit_compile if jit_compile is None else jit_compile)
+    mapped = dataset.map(prefetch_fn, num_parallel_calls=num_parallel_calls, deterministic=deterministic)
+    new_dataset = mapped.prefetch(tf.data.AUTOTUNE)
+
+    def split_step(*batch):
+        return main_fn(*tf.nest.flatten(batch))
+
+    split_step.__name__ = getattr(step, "__name__", "step")
+    logger.info("split %s: %d op(s) moved, %d boundary tensor(s)", split_step.__name__, len(partition.moved),
+                len(sides.boundary))
+    return SplitStep(dataset=new_dataset, step=split_step, traced=traced, analysis=analysis, sides=sides,
+                     deterministic=deterministic, main_function=main_fn, prefetch_function=prefetch_fn)
+
+
+__all__ = ["SplitStep", "boundary_specs", "split"]

@@ -1,0 +1,205 @@
+"""state: what each captured tensor of a TF2 step is, and whether the prefetch side may read it.
+
+A `tf.function` sees variables, tables and captured values only as resource (or value) placeholders in its
+FuncGraph. The partition judges nodes by op type, so the analysis graph names each capture by what it
+stands for, the way a v1 graph would have it:
+
+    capture                                          stand-in in the analysis graph    verdict
+    a variable the step writes, or a trainable one   VarHandleOp                      pinned: reads variable
+    a read-only variable (not trainable, only read)  its reads become Const           free: may move
+    a StaticHashTable (only looked up)               HashTableV2                      free: lookups may move
+    any other table                                  MutableHashTableV2               pinned: mutable state
+    a captured value (a constant tensor)             Const                            free
+    another resource (an iterator, a generator ...)  Placeholder (as traced)          pinned: fed
+
+A read-only variable is read on the prefetch side when the batch is prepared, up to the prefetch depth
+ahead of the step: that equals the step's own read only while nothing writes it during training (an
+adapted Normalization's mean and variance). `read_only=False` in split() pins every variable.
+
+Stateful random ops (RandomUniform ...) pin too: in a parallel `map` the order in which batches draw from
+one op's sequence is not the step order, and a new iterator restarts the sequence. They get a control
+input from one stand-in VarHandleOp, RANDOM_STATE, so their pin reads "reads variable 'smartstage/random_state'".
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from dataclasses import dataclass
+
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2, node_def_pb2, tensor_pb2, types_pb2
+
+from smartstage.graph.edits import EditLog
+from smartstage.graph.op_types import RANDOM_OPS, TABLE_READ_OPS
+from smartstage.graph.view import GraphView
+from smartstage.tf2.trace import TracedStep
+
+logger = logging.getLogger(__name__)
+
+RANDOM_STATE = "smartstage/random_state"
+
+VARIABLE, READ_ONLY_VARIABLE, READ_ONLY_TABLE, TABLE, VALUE, OTHER = (
+    "variable", "read_only_variable", "read_only_table", "table", "value", "other")
+
+
+@dataclass(frozen=True)
+class CapturedState:
+    """One capture of the step: its placeholder node, what it is, and why."""
+
+    placeholder: str
+    kind: str  # VARIABLE, READ_ONLY_VARIABLE, READ_ONLY_TABLE, TABLE, VALUE, OTHER
+    name: str  # the variable's or table's name, or the placeholder's
+    reason: str
+
+    @property
+    def movable(self) -> bool:
+        return self.kind in (READ_ONLY_VARIABLE, READ_ONLY_TABLE, VALUE)
+
+
+def static_tables(roots) -> dict[int, object]:
+    """id(resource handle) -> StaticHashTable, for every static table reachable from `roots` through object
+    attributes, lists, tuples and dicts (a model's layers, a module's tables, a step's closure)."""
+    from tensorflow.python.ops import lookup_ops
+
+    found: dict[int, object] = {}
+    seen: set[int] = set()
+    todo = [(r, 0) for r in roots]
+    while todo and len(seen) < 50_000:
+        obj, depth = todo.pop()
+        if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool, tf.Tensor)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, (lookup_ops.StaticHashTable, lookup_ops.StaticVocabularyTable)):
+            try:
+                found[id(obj.resource_handle)] = obj
+            except (AttributeError, ValueError, TypeError):
+                pass
+        if depth >= 8:
+            continue
+        if isinstance(obj, dict):
+            children = list(obj.values())
+        elif isinstance(obj, (list, tuple, set)):
+            children = list(obj)
+        elif hasattr(obj, "__dict__") and not isinstance(obj, type) and not callable(getattr(obj, "numpy", None)):
+            children = list(vars(obj).values())
+        else:
+            children = []
+        todo.extend((c, depth + 1) for c in children)
+    return found
+
+
+def step_roots(step) -> list:
+    """Where a step's tables live: its closure, the object it is a method of, and the globals it names."""
+    fn = getattr(step, "python_function", step)
+    roots = [getattr(fn, "__self__", None)]
+    inner = getattr(fn, "__func__", fn)
+    roots.extend(c.cell_contents for c in (getattr(inner, "__closure__", None) or ()) if _filled(c))
+    code = getattr(inner, "__code__", None)
+    module_globals = getattr(inner, "__globals__", {})
+    if code is not None:
+        roots.extend(module_globals[n] for n in code.co_names if n in module_globals)
+    return [r for r in roots if r is not None and not isinstance(r, type(gc))]
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _attr_type(dtype: tf.DType) -> attr_value_pb2.AttrValue:
+    return attr_value_pb2.AttrValue(type=dtype.as_datatype_enum)
+
+
+def _stand_in(name: str, op: str, **attrs) -> node_def_pb2.NodeDef:
+    node = node_def_pb2.NodeDef(name=name, op=op)
+    for key, value in attrs.items():
+        node.attr[key].CopyFrom(value)
+    return node
+
+
+def _const(name: str, dtype: int) -> node_def_pb2.NodeDef:
+    value = attr_value_pb2.AttrValue(tensor=tensor_pb2.TensorProto(dtype=dtype))
+    return _stand_in(name, "Const", dtype=attr_value_pb2.AttrValue(type=dtype), value=value)
+
+
+def classify(traced: TracedStep, view: GraphView, tables: dict[int, object], read_only: bool) -> list[CapturedState]:
+    """What each capture of `traced` is (see the module docstring)."""
+    variables = {id(v.handle): v for v in traced.variables if hasattr(v, "handle")}
+    states = []
+    for capture in traced.captures:
+        ph = capture.placeholder
+        readers = {view.op(f.consumer) for f in view.fanouts(ph)}
+        variable = variables.get(id(capture.external))
+        table = tables.get(id(capture.external))
+        if variable is not None:
+            name = variable.name
+            if not read_only:
+                states.append(CapturedState(ph, VARIABLE, name, "split(read_only=False) pins every variable"))
+            elif variable.trainable:
+                states.append(CapturedState(ph, VARIABLE, name, f"variable {name!r} is trainable"))
+            elif readers - {"ReadVariableOp"}:
+                ops = ", ".join(sorted(readers - {"ReadVariableOp"}))
+                states.append(CapturedState(ph, VARIABLE, name, f"the step writes or passes on {name!r} ({ops})"))
+            else:
+                states.append(CapturedState(ph, READ_ONLY_VARIABLE, name,
+                                            f"{name!r} is not trainable and the step only reads it"))
+        elif capture.dtype == tf.resource and table is not None and not readers - TABLE_READ_OPS:
+            states.append(CapturedState(ph, READ_ONLY_TABLE, _table_name(table), "a StaticHashTable, only looked up"))
+        elif capture.dtype == tf.resource and readers and readers <= TABLE_READ_OPS | {"LookupTableInsertV2",
+                                                                                         "LookupTableRemoveV2",
+                                                                                         "LookupTableImportV2",
+                                                                                         "LookupTableExportV2"}:
+            states.append(CapturedState(ph, TABLE, ph, "a lookup table that is not a StaticHashTable the step "
+                                        "can reach, or that the step writes"))
+        elif capture.dtype != tf.resource and capture.dtype != tf.variant:
+            states.append(CapturedState(ph, VALUE, ph, "a captured value, fixed when traced"))
+        else:
+            states.append(CapturedState(ph, OTHER, ph, f"a captured {capture.dtype.name} of unknown kind"))
+    return states
+
+
+def _table_name(table) -> str:
+    return getattr(table, "name", None) or type(table).__name__
+
+
+def stand_ins(view: GraphView, states: list[CapturedState], tables: dict[int, object],
+              traced: TracedStep) -> list[node_def_pb2.NodeDef]:
+    """The nodes that take the place of the same-named nodes of the step's graph (module docstring)."""
+    by_placeholder = {c.placeholder: c for c in traced.captures}
+    nodes = []
+    for state in states:
+        ph = state.placeholder
+        if state.kind in (VARIABLE, READ_ONLY_VARIABLE):
+            nodes.append(_stand_in(ph, "VarHandleOp", dtype=_attr_type(tf.float32),
+                                   shared_name=attr_value_pb2.AttrValue(s=state.name.encode())))
+        if state.kind == READ_ONLY_VARIABLE:
+            for reader in view.consumers(ph):
+                const = _const(reader, view.node(reader).attr["dtype"].type)
+                const.input.extend(f"^{c}" for c in view.control_inputs(reader))
+                nodes.append(const)
+        elif state.kind in (READ_ONLY_TABLE, TABLE):
+            table = tables.get(id(by_placeholder[ph].external))
+            key, value = (table.key_dtype, table.value_dtype) if table is not None else (tf.string, tf.int64)
+            op = "HashTableV2" if state.kind == READ_ONLY_TABLE else "MutableHashTableV2"
+            nodes.append(_stand_in(ph, op, key_dtype=_attr_type(key), value_dtype=_attr_type(value),
+                                   shared_name=attr_value_pb2.AttrValue(s=state.name.encode())))
+        elif state.kind == VALUE:
+            nodes.append(_const(ph, view.node(ph).attr["dtype"].type))
+    return nodes
+
+
+def random_state_edits(view: GraphView, log: EditLog) -> None:
+    """One stand-in state node read (through a control edge) by every stateful random op: they pin."""
+    randoms = view.nodes_of_type(RANDOM_OPS)
+    if randoms:
+        log.add_node(_stand_in(RANDOM_STATE, "VarHandleOp", dtype=_attr_type(tf.int64),
+                               shared_name=attr_value_pb2.AttrValue(s=b"random_state")))
+    for name in randoms:
+        log.set_inputs(name, tuple(log.inputs_of(name)) + (f"^{RANDOM_STATE}",))
+
+
+__all__ = ["CapturedState", "classify", "random_state_edits", "stand_ins", "static_tables", "step_roots", "RANDOM_STATE"]

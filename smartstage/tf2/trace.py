@@ -1,0 +1,179 @@
+"""trace: the user's `tf.function` step traced once for what the dataset yields, checked, and read as a GraphDef.
+
+    before:  step = tf.function(train_step); ds = tf.data.Dataset...
+    after:   traced = trace_step(step, ds.element_spec)
+             traced.graph_def, traced.inputs ("batch", "batch_1"), traced.captures, traced.targets
+
+A step is called the way `tf.data` calls a map function: `step(element)`, or `step(*element)` when the
+element is a tuple and the step takes that many arguments. Checks that raise SplitError, before anything
+is built: the step is not a `tf.function`; the element spec does not fit its signature; its graph changes
+from one trace to the next (it reads Python state); `jit_compile=True` on a step with string ops.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2, types_pb2
+
+from smartstage.errors import SplitError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One captured tensor of the step: the outer value and the placeholder node that stands for it inside."""
+
+    placeholder: str  # node name inside the function graph
+    external: Any  # the EagerTensor (a variable's or a table's resource handle, or a captured value)
+    dtype: tf.DType
+
+
+@dataclass(frozen=True)
+class TracedStep:
+    """The step's function graph, as the partition and the two new functions need it."""
+
+    function: Any  # the user's tf.function
+    concrete: Any  # its ConcreteFunction for the dataset's element spec
+    graph_def: graph_pb2.GraphDef
+    unpack: bool  # the step is called step(*element)
+    inputs: tuple[str, ...]  # placeholder node of each flat data input, in nest.flatten order
+    captures: tuple[Capture, ...]
+    outputs: tuple[str, ...]  # the tensors the step returns, flat
+    control_outputs: tuple[str, ...]  # the ops the step runs for their effects (updates, prints)
+    variables: tuple[Any, ...]  # the tf.Variables the step captures
+    jit_compile: bool | None
+
+    @property
+    def targets(self) -> list[str]:
+        """What the training step runs: its outputs, and the control outputs it runs for their effects
+        (updates, prints). A FuncGraph lists every stateful op as a control output, reads and lookups too:
+        those are no targets (a read serves its readers, and the partition judges it by what it reads)."""
+        from smartstage.graph.op_types import MOVABLE_STATEFUL_OPS, TABLE_READ_OPS, VARIABLE_READ_OPS
+
+        graph = self.concrete.graph
+        reads = VARIABLE_READ_OPS | TABLE_READ_OPS | MOVABLE_STATEFUL_OPS
+        effects = [n for n in self.control_outputs if graph.get_operation_by_name(n).type not in reads]
+        names = [t.rpartition(":")[0] for t in self.outputs] + effects
+        return list(dict.fromkeys(n for n in names if n not in self.inputs))
+
+
+def _name(step) -> str:
+    return getattr(step, "__name__", None) or getattr(getattr(step, "python_function", None), "__name__", "step")
+
+
+def check_is_function(step) -> None:
+    if not callable(getattr(step, "get_concrete_function", None)) or not hasattr(step, "python_function"):
+        raise SplitError(f"split(): {_name(step)!r} is a plain Python callable ({type(step).__name__}), not a "
+                         "tf.function; decorate the training step with @tf.function (a Python step runs its side "
+                         "effects every call, a traced one only when traced, so SmartStage splits traced steps only)")
+
+
+def _unpack(step, element_spec) -> bool:
+    """Whether the step takes the element's components as separate arguments (tf.data's map convention)."""
+    if not isinstance(element_spec, tuple) or len(element_spec) < 2:
+        return False
+    try:
+        params = inspect.signature(step.python_function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
+    return varargs or len(positional) >= len(element_spec)
+
+
+def _concrete(step, element_spec, unpack: bool):
+    args = tuple(element_spec) if unpack else (element_spec,)
+    try:
+        return step.get_concrete_function(*args)
+    except (TypeError, ValueError) as e:
+        declared = step.input_signature
+        raise SplitError(
+            f"split(): the dataset's element_spec {element_spec!r} does not fit the signature of {_name(step)!r}"
+            + (f" (input_signature {declared!r})" if declared is not None else "")
+            + f": {str(e).splitlines()[0]}; map the dataset to what the step takes, or fix the step's "
+              "input_signature") from None
+
+
+def _graph_key(graph_def: graph_pb2.GraphDef) -> list:
+    """What two traces of a deterministic step share: every node's op, inputs (by position: captured
+    placeholders are named after resource ids) and constant value, and its name for the error message."""
+    from smartstage.graph.names import input_source
+
+    index = {node.name: i for i, node in enumerate(graph_def.node)}
+    key = []
+    for node in graph_def.node:
+        value = node.attr["value"].SerializeToString(deterministic=True) if node.op == "Const" else b""
+        inputs = tuple((index.get(input_source(s), s), s.startswith("^"), s.rpartition(":")[2] if ":" in s else "")
+                       for s in node.input)
+        key.append((node.op, inputs, value, node.name))
+    return key
+
+
+def _check_retrace(step, concrete, element_spec, unpack: bool) -> None:
+    """SplitError when two traces of the step give different graphs: the step reads Python state (a counter,
+    a Python random number, the time), which a split program would freeze at the first trace."""
+    def fresh_key() -> list:
+        again = tf.function(step.python_function, jit_compile=getattr(step, "_jit_compile", None))
+        return _graph_key(_concrete(again, element_spec, unpack).graph.as_graph_def())
+
+    first_key, second_key = _graph_key(concrete.graph.as_graph_def()), fresh_key()
+    if [k[:3] for k in first_key] != [k[:3] for k in second_key]:
+        # A first trace may create state (an optimizer's slots) that later traces find: judge two later ones.
+        first_key, second_key = second_key, fresh_key()
+    if [k[:3] for k in first_key] != [k[:3] for k in second_key]:
+        changed = next((a for a, b in zip(first_key, second_key) if a[:3] != b[:3]), None)
+        where = f" (first difference at node {changed[3]!r})" if changed else ""
+        raise SplitError(f"split(): {_name(step)!r} traces to a different graph each time{where}: it depends on "
+                         "Python state (a counter, random.random(), time.time() ...), which runs only when traced; "
+                         "keep such state in a tf.Variable or pass it as an argument")
+
+
+def _string_ops(graph_def: graph_pb2.GraphDef) -> list[str]:
+    from smartstage.graph.op_types import output_dtypes
+
+    found = []
+    for node in graph_def.node:
+        if node.op in ("Placeholder", "Const"):
+            continue
+        types = output_dtypes(node) or []
+        if types_pb2.DT_STRING in types or node.op.startswith(("String", "Substr", "RegexReplace", "DecodeCSV")):
+            found.append(node.name)
+    return found
+
+
+def trace_step(step, element_spec, *, check_retrace: bool = True) -> TracedStep:
+    """The step traced for `element_spec`, with its inputs, captures and outputs named as in its GraphDef.
+
+        before:  step.get_concrete_function(ds.element_spec).graph   # a FuncGraph
+        after:   trace_step(step, ds.element_spec).graph_def          # plus inputs, captures, targets
+    """
+    check_is_function(step)
+    unpack = _unpack(step, element_spec)
+    concrete = _concrete(step, element_spec, unpack)
+    if check_retrace:
+        _check_retrace(step, concrete, element_spec, unpack)
+    graph = concrete.graph
+    graph_def = graph.as_graph_def()
+    jit = getattr(step, "_jit_compile", None)
+    if jit:
+        strings = _string_ops(graph_def)
+        if strings:
+            raise SplitError(f"split(): {_name(step)!r} has jit_compile=True and string ops XLA cannot compile "
+                             f"({strings[0]!r}{f' and {len(strings) - 1} more' if len(strings) > 1 else ''}); "
+                             "they would move to the input pipeline, which tf.data does not compile, and the unsplit "
+                             "step fails under XLA too: decorate the step with @tf.function (no jit_compile) and "
+                             "pass jit_compile=True to split() to compile the main side only")
+    n_data = len(tf.nest.flatten(concrete.structured_input_signature, expand_composites=True))
+    inputs = tuple(t.op.name for t in graph.inputs[:n_data])
+    captured = {id(internal): external for external, internal in graph.captures}
+    captures = tuple(Capture(t.op.name, captured[id(t)], t.dtype) for t in graph.inputs[n_data:] if id(t) in captured)
+    return TracedStep(
+        function=step, concrete=concrete, graph_def=graph_def, unpack=unpack, inputs=inputs, captures=captures,
+        outputs=tuple(t.name for t in graph.outputs), control_outputs=tuple(op.name for op in graph.control_outputs),
+        variables=tuple(graph.variables), jit_compile=jit)

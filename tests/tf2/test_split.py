@@ -1,0 +1,87 @@
+"""split() on a DLRM-like custom loop: the preprocessing moves into the dataset, every loss and weight stays
+identical to the unsplit program step by step, the user's step and dataset are untouched.
+
+    before:  for batch in ds: step(batch)
+    after:   ds2, step2 = ss.tf2.split(step, ds);  for batch in ds2: step2(batch)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import smartstage.tf2 as sst
+from tests.tf2.steps import BATCHES, dlrm_program, raw_dataset, run_losses
+
+pytestmark = pytest.mark.usefixtures("eager")
+
+
+def test_dlrm_step_losses_and_weights_identical_for_60_steps():
+    reference = dlrm_program()
+    expected = run_losses(reference.step, raw_dataset())
+    program = dlrm_program()
+    split = sst.split(program.step, raw_dataset())
+    ds2, step2 = split
+    got = run_losses(step2, ds2)
+    assert len(got) == BATCHES == len(expected)
+    assert got == expected  # bit-identical, step by step
+    for a, b in zip(reference.weights(), program.weights()):
+        np.testing.assert_array_equal(a, b)  # the user's own variables and Adam slots were trained
+
+
+def test_what_moves_and_what_stays():
+    program = dlrm_program()
+    split = sst.split(program.step, raw_dataset())
+    moved = set(split.moved)
+    # the preprocessing: string split, hashing, the vocabulary lookup, bucketizing, the read-only scale
+    assert {"StringSplit/StringSplitV2", "StringToHashBucketFast", "None_Lookup/LookupTableFindV2", "Bucketize",
+            "mul"} <= moved
+    # what reads a trained variable stays, with its reason
+    assert "embedding_lookup" in split.pinned
+    assert split.pinned["embedding_lookup"].kind == "variable"
+    kinds = {s.kind for s in split.analysis.states}
+    assert {"read_only_table", "read_only_variable", "variable"} <= kinds
+    # each dataset element is the boundary, in order
+    assert len(split.dataset.element_spec) == len(split.boundary)
+    text = split.summary()
+    assert "moved to the prefetch side" in text and "captured state" in text and "deterministic=True" in text
+
+
+def test_the_users_dataset_and_step_are_untouched():
+    program = dlrm_program()
+    ds = raw_dataset()
+    spec = ds.element_spec
+    sst.split(program.step, ds)
+    assert ds.element_spec == spec
+    # the user's step still runs on raw batches and trains the same variables
+    before = program.embedding.numpy().copy()
+    program.step(next(iter(ds)))
+    assert not np.array_equal(before, program.embedding.numpy())
+
+
+def test_unordered_is_an_explicit_opt_out():
+    program = dlrm_program()
+    split = sst.split(program.step, raw_dataset(), deterministic=False)
+    assert "deterministic=False" in split.summary()
+    assert len(run_losses(split.step, split.dataset)) == BATCHES
+
+
+def test_tuple_elements_and_unpacked_arguments():
+    # for x, y in ds: step(x, y)  ->  for batch in ds2: step2(batch)
+    w = tf.Variable([[0.5], [0.25]])
+
+    @tf.function
+    def step(x, y):
+        feats = tf.stack([tf.strings.length(x), tf.cast(tf.strings.to_hash_bucket_fast(x, 10), tf.int32)], 1)
+        pred = tf.matmul(tf.cast(feats, tf.float32), w)
+        loss = tf.reduce_mean(tf.square(pred[:, 0] - y))
+        w.assign_sub(0.001 * tf.ones_like(w) * loss)
+        return loss
+
+    ds = tf.data.Dataset.from_tensor_slices((["ab", "cde", "f", "ghij"] * 4, [1.0, 2.0, 3.0, 4.0] * 4)).batch(4)
+    expected = [float(step(x, y)) for x, y in ds]
+    w.assign([[0.5], [0.25]])
+    split = sst.split(step, ds)
+    assert "StringLength" in split.moved
+    assert [float(split.step(batch)) for batch in split.dataset] == expected
