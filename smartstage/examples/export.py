@@ -44,7 +44,8 @@ def export_meta_graph_def(
             if not savers:
                 tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SAVERS, saver)
             saver_def = saver.as_saver_def()
-    return tf.compat.v1.train.export_meta_graph(graph=graph, saver_def=saver_def, clear_devices=clear_devices)
+    with graph.as_default():  # TF2's eager mode exports no meta graph outside a graph
+        return tf.compat.v1.train.export_meta_graph(graph=graph, saver_def=saver_def, clear_devices=clear_devices)
 
 
 def import_meta_graph_def(meta_graph_def: meta_graph_pb2.MetaGraphDef) -> tf.Graph:

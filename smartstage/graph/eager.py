@@ -5,7 +5,7 @@
              smartstage.tf2 ...; for a v1 graph call tf.compat.v1.disable_eager_execution() at program start ...
 
 Every public entry point that builds into, or runs, a tf.compat.v1 graph calls `require_graph_mode` first;
-optimize() and the commands that load a graph call `reject_eager_input` on what they were given. Inside
+load_graph (optimize(), explain, graph_diff, verify_rewrite) calls `reject_eager_input` on what it is given. Inside
 `with tf.Graph().as_default():` TensorFlow does not execute eagerly, so a v1 graph built there passes.
 TensorFlow is imported when a guard runs, not with this module.
 """
@@ -17,8 +17,9 @@ from typing import Any
 from smartstage.errors import EagerModeError
 
 # The TF2 entry points, named in every message of this module (smartstage/tf2/).
-TF2_STEP_ENTRY = "smartstage.tf2"
-TF2_KERAS_ENTRY = "smartstage.tf2"
+TF2_STEP_ENTRY = "smartstage.tf2.split(step, dataset)"
+TF2_KERAS_ENTRY = "smartstage.tf2.fit(model, dataset)"
+SESSION_HOOK = "is a SessionRunHook of a tf.compat.v1 MonitoredTrainingSession (create it where that graph is built)"
 V1_GRAPH_FIX = ("call tf.compat.v1.disable_eager_execution() at program start (or build the graph inside "
                 "`with tf.Graph().as_default():`)")
 
@@ -44,8 +45,8 @@ def require_graph_mode(entry_point: str, values: Any = None, *, what: str = "bui
     eager_values = _eager_tensors(values)
     if not tf.executing_eagerly() and not eager_values:
         return
-    where = ("was given an eager tensor (a value computed in eager mode, not a graph tensor)" if eager_values
-             else "was called in eager mode (TensorFlow 2's default)")
+    where = ("was called in eager mode (TensorFlow 2's default)" if tf.executing_eagerly()
+             else "was given an eager tensor (a value computed in eager mode, not a graph tensor)")
     raise EagerModeError(
         f"{entry_point}: {where}, but it {what}; for a tf.data + tf.function training step use "
         f"{TF2_STEP_ENTRY} (Keras model.fit: {TF2_KERAS_ENTRY}), or for a v1 graph {V1_GRAPH_FIX}"
@@ -76,17 +77,17 @@ _KINDS = (
 )
 
 
-def reject_eager_input(entry_point: str, value: Any) -> None:
-    """EagerModeError when `value` is a TF2 object (a tf.function, a Keras model, ...) given for a graph.
+def reject_eager_input(value: Any) -> None:
+    """EagerModeError when `value`, given where a graph is read, is a TF2 object (a tf.function, a Keras model).
 
-        reject_eager_input("optimize()", step)   # a tf.function: EagerModeError naming the TF2 entry point
-        reject_eager_input("optimize()", graph_def)   # passes
+        reject_eager_input(step)        # a tf.function: EagerModeError naming the TF2 entry point
+        reject_eager_input(graph_def)   # passes
     """
     kind = eager_input_kind(value)
     if kind is None:
         return
     raise EagerModeError(
-        f"{entry_point}: got {kind}, which holds no tf.compat.v1 graph; to split a TF2 training step call "
+        f"cannot read a graph from {kind}; to split a TF2 training step call "
         f"{TF2_STEP_ENTRY} (Keras model.fit: {TF2_KERAS_ENTRY}), or to inspect one step's graph offline pass "
         "step.get_concrete_function(*input_specs).graph"
     )

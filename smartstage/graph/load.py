@@ -16,6 +16,7 @@ from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
 from smartstage.errors import GraphError
+from smartstage.graph.eager import reject_eager_input
 from smartstage.graph.names import parse_tensor_name
 from smartstage.protos import STAGES_COLLECTION, TARGETS_COLLECTION, StageDef
 
@@ -57,6 +58,7 @@ def load_graph(graph, copy: bool = True) -> LoadedGraph:
 
         meta = tf.compat.v1.train.export_meta_graph(graph=graph, graph_def=graph.as_graph_def(add_shapes=True))
         return LoadedGraph(meta.graph_def, meta, "tf.Graph")
+    reject_eager_input(graph)  # a tf.function, Keras model, eager tensor: EagerModeError naming the TF2 entry point
     raise GraphError(f"cannot optimize a {type(graph).__name__}: pass a GraphDef, a MetaGraphDef, a tf.Graph, "
                      f"or the path of a {', '.join(FORMATS)} file")
 

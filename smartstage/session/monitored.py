@@ -22,6 +22,7 @@ from tensorflow.python.training import monitored_session
 
 from smartstage.config.options import SmartStageOptions, options_from_config
 from smartstage.errors import StageRuntimeError
+from smartstage.graph.eager import require_graph_mode
 from smartstage.session.fetches import FetchMapper
 from smartstage.session.record import LiveRewrite
 from smartstage.session.live_rewrite import adopt_late_ops
@@ -214,6 +215,7 @@ def MonitoredTrainingSession(  # noqa: N802  (TensorFlow's name)
     tf.compat.v1.ConfigProto, and only its stock fields reach TensorFlow. `targets`: tensors, ops or
     node names you fetch that must stay on the main side (besides the marked targets).
     """
+    require_graph_mode("smartstage.MonitoredTrainingSession()", what="runs the default tf.compat.v1 graph")
     record, mapper, hooks, chief_only_hooks = smart_hooks(
         tf.compat.v1.get_default_graph(), options_from_config(config), hooks, chief_only_hooks, is_chief, targets)
     session = tf.compat.v1.train.MonitoredTrainingSession(

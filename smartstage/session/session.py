@@ -37,6 +37,7 @@ from typing import Any, Iterable
 import tensorflow as tf
 
 from smartstage.config.options import SmartStageOptions, options_from_config, to_session_config
+from smartstage.graph.eager import require_graph_mode
 from smartstage.session.fetches import FetchMapper
 from smartstage.session.record import LiveRewrite, live_rewrite_of
 from smartstage.session.live_rewrite import adopt_late_ops, rewrite_live_graph
@@ -113,6 +114,8 @@ class Session(tf.compat.v1.Session):
 
     def __init__(self, target: str = "", graph: tf.Graph | None = None, config=None, *,
                  targets: Iterable[Any] | None = None, prefetch: bool = True):
+        if graph is None:
+            require_graph_mode("smartstage.Session()", what="runs the default tf.compat.v1 graph (or pass graph=)")
         graph = graph if graph is not None else tf.compat.v1.get_default_graph()
         self._session = None  # BaseSession.__del__ reads it, also when the rewrite below raises
         self._auto_prefetch = prefetch

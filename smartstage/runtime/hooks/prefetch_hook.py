@@ -20,6 +20,7 @@ from typing import Iterable
 
 import tensorflow as tf
 
+from smartstage.graph.eager import SESSION_HOOK, require_graph_mode
 from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.stage.metadata import stage_defs
 from smartstage.runtime.hooks.reinit import ReinitWatch
@@ -43,6 +44,7 @@ class PrefetchHook(tf.compat.v1.train.SessionRunHook):
     """
 
     def __init__(self, stages: Iterable[StageDef | str] | None = None):
+        require_graph_mode("make_prefetch_hook()", what=SESSION_HOOK)
         self._stages = None if stages is None else list(stages)
         self._threads: PrefetchThreads | None = None
         self._reinit: ReinitWatch | None = None

@@ -15,6 +15,7 @@ from typing import Any
 import tensorflow as tf
 
 from smartstage.errors import TargetError
+from smartstage.graph.eager import require_graph_mode
 from smartstage.runtime.stage.metadata import TARGETS_COLLECTION
 
 
@@ -42,6 +43,7 @@ def mark_target_node(nodes: Any) -> list[tf.Operation]:
         before:  target = tf.concat([a, b], 0)
         after:   mark_target_node([target])   # graph collection "smartstage_targets" holds target.op
     """
+    require_graph_mode("mark_target_node()", nodes, what="marks nodes of a tf.compat.v1 graph")
     operations = _operations(nodes)
     if not operations:
         return []
