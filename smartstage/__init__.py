@@ -14,6 +14,7 @@ import importlib
 
 from smartstage.errors import (
     ConfigError,
+    EagerModeError,
     GraphError,
     NoStageError,
     PassError,
@@ -46,7 +47,7 @@ _LAZY = {
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = sorted(
-    ["ConfigError", "GraphError", "NoStageError", "PassError", "SmartStageError", "StageRuntimeError",
+    ["ConfigError", "EagerModeError", "GraphError", "NoStageError", "PassError", "SmartStageError", "StageRuntimeError",
      "TargetError", "VerificationError", *_MODULE_OF]
 )
 
