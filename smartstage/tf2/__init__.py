@@ -11,6 +11,7 @@ preprocessing moved into the tf.data pipeline (docs/tf2.md).
     surgery    the two sides cut out of the function graph by edit records
     functions  the map function and the main tf.function built from them
     split      split() and SplitStep
+    keras_split, keras_fit   Keras 3: the model cut at layer level by the op-level partition; fit()
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import importlib
 
 _LAZY = {
     "smartstage.tf2.split": ("SplitStep", "split"),
+    "smartstage.tf2.keras_split": ("KerasSplit", "LayerVerdict", "split_model"),
+    "smartstage.tf2.keras_fit": ("fit",),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 __all__ = sorted(_MODULE_OF)

@@ -1,0 +1,173 @@
+"""keras_split: a Keras 3 functional or Sequential model cut in two at layer level: the preprocessing layers
+run in the dataset, the rest trains on the user's own layer objects.
+
+    before:  raw -> StringLookup -> Hashing -> Normalization(adapted) -> Concatenate -> Dense -> Dense
+    after:   preprocessing = Model(raw, [lookup, hashed, normalized])         # dataset.map(...)
+             trainer = Model([lookup, hashed, normalized], Dense(Dense(Concatenate(...))))   # the same layers
+
+Why layers, not ops: `fit` is Keras's loop (losses, metrics, callbacks, steps_per_execution, distribution);
+a trainer that is a Keras model keeps all of it, and sharing layer objects shares every weight, so the
+user's model still holds its preprocessing and serves raw features after training. Which layers move is
+decided by the op-level partition: each call of a layer is traced alone (its inputs as the stage) and
+analysed like any step (smartstage.tf2.analysis); it moves when it has no trainable weights, reads only
+raw inputs or moved layers, is no model output, and the partition pins none of its ops (a write to
+state, a random draw, a trained variable). Otherwise it stays, with that reason.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import tensorflow as tf
+
+from smartstage.errors import SplitError
+from smartstage.tf2.analysis import analyse
+from smartstage.tf2.state import static_tables
+from smartstage.tf2.trace import trace_step
+
+logger = logging.getLogger(__name__)
+
+# Pins that do not keep a layer in the model: its outputs are the traced step's outputs.
+_OUTPUT_PINS = ("target", "fetched_directly")
+
+
+@dataclass(frozen=True)
+class LayerVerdict:
+    """One layer call of the model: moved to the dataset, or kept in the model with the reason."""
+
+    layer: str
+    op_type: str
+    moved: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class KerasSplit:
+    """The user's model, and its two halves built from the same layer objects."""
+
+    model: Any
+    preprocessing: Any  # keras.Model: raw features -> the cut tensors
+    trainer: Any  # keras.Model: the cut tensors -> the model's outputs
+    verdicts: tuple[LayerVerdict, ...]
+    cut: tuple[str, ...]  # the KerasTensor names the dataset carries, in order
+    deterministic: bool = True
+    analyses: dict = field(default_factory=dict, repr=False)  # layer name -> Analysis of its call
+
+    @property
+    def moved_layers(self) -> tuple[str, ...]:
+        return tuple(v.layer for v in self.verdicts if v.moved)
+
+    def map(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """`dataset` (x, (x, y) or (x, y, sample_weight)) with x replaced by the preprocessed features."""
+        preprocessing = self.preprocessing
+
+        def prefetch_side(x, *rest):
+            features = preprocessing(x, training=True)
+            features = tuple(features) if isinstance(features, (list, tuple)) else (features,)
+            return (features, *rest) if rest else features
+
+        return dataset.map(prefetch_side, num_parallel_calls=tf.data.AUTOTUNE,
+                           deterministic=self.deterministic).prefetch(tf.data.AUTOTUNE)
+
+    def summary(self) -> str:
+        lines = [f"Keras model {self.model.name!r}: {len(self.moved_layers)} layer call(s) moved to the dataset, "
+                 f"{len(self.verdicts) - len(self.moved_layers)} kept in the model"]
+        for v in self.verdicts:
+            lines.append(f"  {'moved' if v.moved else 'kept '} {v.layer} ({v.op_type})"
+                         + ("" if v.moved else f": {v.reason}"))
+        lines.append(f"dataset carries ({len(self.cut)}): {', '.join(self.cut)}")
+        return "\n".join(lines)
+
+
+def graph_model(model):
+    """The functional graph of `model` (a Sequential's inner functional); SplitError for a subclassed model."""
+    import keras
+
+    if not isinstance(model, keras.Model):
+        raise SplitError(f"fit(): {type(model).__name__} is not a keras.Model; pass a Keras 3 functional or "
+                         "Sequential model, or split a custom training step with ss.tf2.split(step, dataset)")
+    inner = getattr(model, "_functional", None) if isinstance(model, keras.Sequential) else model
+    if inner is None or not hasattr(inner, "_nodes_by_depth"):
+        kind = "a Sequential model without an Input" if isinstance(model, keras.Sequential) else \
+            f"a subclassed model ({type(model).__name__})"
+        raise SplitError(f"fit(): {model.name!r} is {kind}: SmartStage follows the connections between layers, "
+                         "which only functional and Sequential models (built with keras.Input) have; build it as "
+                         "keras.Model(inputs, outputs) or keras.Sequential([keras.Input(...), ...]), or write a "
+                         "tf.function training step and use ss.tf2.split(step, dataset)")
+    return inner
+
+
+def _nodes(functional) -> list:
+    """The model's layer calls from its inputs to its outputs."""
+    return [node for depth in sorted(functional._nodes_by_depth, reverse=True)
+            for node in functional._nodes_by_depth[depth]]
+
+
+def _call_pins(node) -> tuple[str | None, Any]:
+    """Why the op-level partition keeps this layer call in the model (None: every op may move), and the analysis."""
+    operation = node.operation
+    inputs = list(node.input_tensors)
+    specs = tuple(tf.TensorSpec(t.shape, t.dtype) for t in inputs)
+    takes_training = "training" in inspect.signature(operation.call).parameters if hasattr(operation, "call") else False
+
+    def call(*values):
+        args, kwargs = node.arguments.fill_in({id(t): v for t, v in zip(inputs, values)})
+        if takes_training:
+            kwargs["training"] = True
+        return operation(*args, **kwargs)
+
+    step = tf.function(call, autograph=False)
+    traced = trace_step(step, specs, check_retrace=False)
+    analysis = analyse(traced, static_tables([operation]))
+    for name, pin in analysis.partition.pinned.items():
+        if pin.kind not in _OUTPUT_PINS:
+            return f"its op {name!r} stays in the step: {pin.describe()}", analysis
+    return None, analysis
+
+
+def split_model(model, *, deterministic: bool = True) -> KerasSplit:
+    """The model cut at the last layer calls the dataset can run (module docstring).
+
+        before:  model.fit(ds)
+        after:   halves = split_model(model); halves.trainer.fit(halves.map(ds))   # ss.tf2.fit does this
+    """
+    import keras
+
+    functional = graph_model(model)
+    outputs = {id(t) for t in tf.nest.flatten(functional.output)}
+    available = {id(t) for t in tf.nest.flatten(functional.input)}
+    verdicts, analyses, kept_nodes = [], {}, []
+    for node in _nodes(functional):
+        operation = node.operation
+        if isinstance(operation, keras.layers.InputLayer):
+            continue
+        reason = None
+        if getattr(operation, "trainable_weights", None):
+            reason = f"it has trainable weights ({len(operation.trainable_weights)})"
+        elif not all(id(t) in available for t in node.input_tensors):
+            reason = "it reads a layer that stays in the model"
+        elif any(id(t) in outputs for t in node.output_tensors):
+            reason = "its output is an output of the model"
+        else:
+            reason, analyses[operation.name] = _call_pins(node)
+        verdicts.append(LayerVerdict(operation.name, type(operation).__name__, reason is None, reason or ""))
+        if reason is None:
+            available.update(id(t) for t in node.output_tensors)
+        else:
+            kept_nodes.append(node)
+    cut = list({id(t): t for node in kept_nodes for t in node.input_tensors if id(t) in available}.values())
+    if not any(v.moved for v in verdicts) or not cut:
+        kept = next((v for v in verdicts if not v.moved), None)
+        raise SplitError(f"fit(): nothing in model {model.name!r} can move to the dataset"
+                         + (f" (e.g. layer {kept.layer!r}: {kept.reason})" if kept else "")
+                         + "; train it with model.fit as it is, on a dataset with .prefetch(tf.data.AUTOTUNE)")
+    preprocessing = keras.Model(functional.input, cut, name=f"{model.name}_preprocessing")
+    trainer = keras.Model(cut, functional.output, name=f"{model.name}_trainer")
+    return KerasSplit(model=model, preprocessing=preprocessing, trainer=trainer, verdicts=tuple(verdicts),
+                      cut=tuple(t.name for t in cut), deterministic=deterministic, analyses=analyses)
+
+
+__all__ = ["KerasSplit", "LayerVerdict", "graph_model", "split_model"]
