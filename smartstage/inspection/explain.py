@@ -72,14 +72,18 @@ def explain(graph, node: str, *, targets=None, feeds=None, config=None, result=N
     """Why `node` (a node or tensor name) of `graph` stays on the main side or moves.
 
     graph: anything optimize() takes; result: an OptimizeResult of that graph (skips optimizing again).
-    Raises GraphError when the graph has no such node, NoStageError when it has no stage.
+    Raises GraphError when the graph has no such node, TargetError when `node` names an output the node does
+    not have ("loss:7"; the check optimize(targets=) makes), NoStageError when the graph has no stage.
     """
     from smartstage.config.options import enable_smart_stage
     from smartstage.optimizer import optimize
 
+    from smartstage.optimizer import _check_ports  # the port check optimize(targets=) makes, word for word
+
     loaded = load_graph(graph)
     view = GraphView(loaded.graph_def)
     name = _node_name(view, node)
+    _check_ports(view, [node], "explain NODEs")  # "loss:7" of a one-output node: TargetError, as --target
     if result is None:
         result = optimize(loaded.meta_graph_def if loaded.meta_graph_def is not None else loaded.graph_def,
                           config if config is not None else enable_smart_stage(), targets=targets, feeds=feeds)

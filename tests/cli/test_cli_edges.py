@@ -140,6 +140,12 @@ def test_a_missing_output_port_is_refused(tiny, tmp_path, capsys, flag):
     assert not (tmp_path / "out.pb").exists()
 
 
+def test_explain_refuses_a_missing_output_port_as_optimize_does(tiny, capsys):
+    code, _, err = run(capsys, "explain", tiny, "loss:7")
+    line = one_line_error(err)
+    assert code == 2 and "explain NODE 'loss:7'" in line and "1 output" in line and "no output 7" in line
+
+
 # -- 3. verify keeps the cause ------------------------------------------------------------------------
 def test_verify_names_the_unfed_placeholder_and_the_flag(tmp_path, capsys):
     path = queue_stage_meta(tmp_path / "fed.meta", unfed=True)

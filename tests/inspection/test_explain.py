@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import smartstage as ss
-from smartstage.errors import GraphError, NoStageError
+from smartstage.errors import GraphError, NoStageError, TargetError
 from smartstage.inspection.explain import explain
 from tests.builder import G, N
 from tests.inspection.graphs import deeprec_example, no_stage_graph, tiny_graph
@@ -50,6 +50,18 @@ def test_moved_node(tiny):
 def test_a_tensor_name_names_its_node(tiny):
     graph, result = tiny
     assert explain(graph, "hash:0", result=result).node == "hash"
+
+
+def test_a_port_the_node_does_not_have_is_refused_as_optimize_refuses_a_target(tiny):
+    # The same check as optimize(targets=["loss:7"]): 'hash:7' is not silently read as 'hash'.
+    graph, result = tiny
+    with pytest.raises(TargetError) as error:
+        explain(graph, "hash:7", result=result)
+    assert str(error.value) == ("explain NODE 'hash:7': node 'hash' (StringToHashBucketFast) has 1 output(s) "
+                                "(hash:0), no output 7; name one of them or the node itself")
+    with pytest.raises(TargetError, match=r"target 'hash:7': node 'hash' \(StringToHashBucketFast\) has 1 output"):
+        ss.optimize(graph, ON, targets=["hash:7"])
+    assert explain(graph, "hash:0", result=result).verdict == explain(graph, "hash", result=result).verdict
 
 
 @pytest.mark.parametrize("name, verdict, words", [
