@@ -3,6 +3,13 @@
     python -m benchmarks.e2e --publish  # 2 models x (cpu, io, 1 core per side), grid, 5 repeats
     python -m benchmarks.e2e --quick    # DLRM-like, CPU-bound, defaults only, 5 repeats (~2 min)
     python -m benchmarks.e2e --smoke    # tiny models on 2,000 rows: checks that everything runs (the test)
+    python -m benchmarks.e2e --accelerator --publish   # the emulated accelerator: device 2/5/10/20 ms, 2 models
+    python -m benchmarks.e2e --accelerator --gpu --publish   # the same on a real GPU (do_smart_stage_gpu)
+
+The accelerator family (issue 25) runs every configuration at its defaults on a model whose compute is a
+host-idle wait of T ms a step (benchmarks/accelerator.py), beside the bare step (the step fed one cached,
+preprocessed batch) and the CPU bound, and writes benchmarks/out/accelerator-*.{json,md,png}
+(benchmarks/accelerator_tables.py); --publish copies them to docs/perf/accelerator.*.
 
 Data: 200,000 synthetic Criteo-like rows (seed 0), written once to benchmarks/out/data/. Each
 workload builds one graph per configuration and stage capacity (benchmarks/runners.py), opens one
@@ -33,6 +40,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 
 import smartstage as ss
+from benchmarks.accelerator_tables import accelerator_markdown, accelerator_plot, accelerator_targets
 from benchmarks.e2e_tables import plot, report_text, summary_markdown, targets
 from benchmarks.report import (
     DEFAULT_OUT,
@@ -193,6 +201,8 @@ class WorkloadRun:
         if "input" in sides:
             s = sides["input"]
             out["ideal"] = 1.0 / max(s.t_in, s.t_train)
+            out["bare"] = 1.0 / s.t_train  # the step fed one cached, preprocessed batch
+            out["cpu_bound"] = cores / (s.cpu_in + s.cpu_train)
         limits, available = [], []
         one_core = self.workload.one_core_per_side
         for name, s in sides.items():
@@ -233,6 +243,8 @@ class WorkloadRun:
             "errors": self.errors,
         }
         summary.update(targets(summary))
+        if self.workload.device_ms > 0 or self.workload.gpu:
+            summary.update(accelerator_targets(summary))
         return summary
 
 
@@ -246,6 +258,13 @@ MODES = {
                   size="benchmark", batch_size=512, settle_steps=800, settle_seconds=60.0),
     "smoke": dict(rows=2_000, models="dlrm", variants="io", repeats=1, steps=12, warmup=2, grid=True,
                   size="small", batch_size=32, settle_steps=600, settle_seconds=20.0),
+    # The accelerator family: defaults only, every configuration, per device time (--device-ms).
+    "accelerator": dict(rows=200_000, models="dlrm,wide_deep", device_ms="2,5,10,20", repeats=5, steps=30, warmup=4,
+                        grid=False, size="benchmark", batch_size=512, settle_steps=800, settle_seconds=60.0),
+    "accelerator-quick": dict(rows=200_000, models="dlrm", device_ms="5", repeats=5, steps=30, warmup=4, grid=False,
+                              size="benchmark", batch_size=512, settle_steps=800, settle_seconds=60.0),
+    "accelerator-smoke": dict(rows=2_000, models="dlrm", device_ms="2", repeats=1, steps=12, warmup=2, grid=False,
+                              size="small", batch_size=32, settle_steps=600, settle_seconds=20.0),
 }
 
 
@@ -254,6 +273,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="DLRM-like, CPU-bound, default settings, 5 repeats (~2 min)")
     mode.add_argument("--smoke", action="store_true", help="a tiny DLRM-like model on 2,000 rows, a 2-point grid (a test)")
+    parser.add_argument("--accelerator", action="store_true",
+                        help="the emulated accelerator family: the model's compute as a host-idle wait (--device-ms)")
+    parser.add_argument("--device-ms", help="comma-separated device times per step of --accelerator (default 2,5,10,20)")
+    parser.add_argument("--gpu", action="store_true", help="with --accelerator: the real model on a real GPU, "
+                                                           "SmartStage with do_smart_stage_gpu (no emulated wait)")
     parser.add_argument("--rows", type=int, help="generated rows (default 200000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--models", help="comma-separated: dlrm,wide_deep")
@@ -273,9 +297,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="also copy the report, JSON and PNG to docs/perf/ and write docs/perf/e2e-summary.md")
     args = parser.parse_args(argv)
     args.mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    if args.gpu and not args.accelerator:
+        parser.error("--gpu runs the accelerator family: add --accelerator")
+    if args.accelerator:
+        args.mode = "accelerator" if args.mode == "full" else f"accelerator-{args.mode}"
     for key, value in MODES[args.mode].items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
+    if args.accelerator:
+        args.variants = "gpu" if args.gpu else "device"
     args.capacities = (4,) if args.mode == "smoke" else tuple(int(c) for c in args.capacities.split(","))
     args.threads = (1,) if args.mode == "smoke" else (1, 2, 4)
     args.inter_ops = (0,) if args.mode == "smoke" else (0, 4)
@@ -291,7 +321,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = machine_info()
     files = prepare_data(args.out, args.rows, args.seed)
     workloads = []
-    for model in args.models.split(","):
+    for model in args.models.split(",") if args.accelerator else ():
+        times = [0.0] if args.gpu else [float(ms) for ms in args.device_ms.split(",")]
+        workloads += [Workload(model, args.variants, 0.0, args.batch_size, args.size, device_ms=ms, gpu=args.gpu)
+                      for ms in times]
+    for model in args.models.split(",") if not args.accelerator else ():
         for variant in args.variants.split(","):
             latency = args.latency_ms if variant == "io" else 0.0
             workloads.append(Workload(model, "cpu" if variant == "1core" else variant, latency, args.batch_size,
@@ -319,14 +353,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                       for s in summaries],  # JSON keys are strings
         "seconds": round(time.perf_counter() - started, 1),
     }
-    figure = plot(summaries) if summaries else None
-    text = report_text(result, summaries)
-    paths = write_outputs(args.out, "e2e", result, figure, publish=args.publish, text=text)
-    short = summary_markdown(result, summaries)
-    (args.out / "e2e-summary-latest.md").write_text(short)
-    if args.publish:
-        (PUBLISH_DIR / "e2e-summary.md").write_text(short)
-        paths.append(PUBLISH_DIR / "e2e-summary.md")
+    if args.accelerator:
+        stem = "accelerator-gpu" if args.gpu else "accelerator"
+        short = accelerator_markdown(result, summaries) if summaries else ""
+        figure = accelerator_plot(summaries) if summaries and not args.gpu else None
+        text = short + "\n" + report_text(result, summaries)
+        paths = write_outputs(args.out, stem, result, figure, publish=args.publish, text=text)
+    else:
+        figure = plot(summaries) if summaries else None
+        text = report_text(result, summaries)
+        paths = write_outputs(args.out, "e2e", result, figure, publish=args.publish, text=text)
+        short = summary_markdown(result, summaries)
+        (args.out / "e2e-summary-latest.md").write_text(short)
+        if args.publish:
+            (PUBLISH_DIR / "e2e-summary.md").write_text(short)
+            paths.append(PUBLISH_DIR / "e2e-summary.md")
     print(text, end="")
     print(f"\nTotal {result['seconds']:.0f} s. Wrote: {', '.join(str(p) for p in paths)}")
     return 1 if any(s["errors"] for s in summaries) else 0

@@ -28,6 +28,10 @@ prefetch threads itself; other settings run the same rewritten graph in a plain 
 what staged(num_threads=..., use_stage_subgraph_thread_pool=...) records. The capacity is built
 into the buffer queue, so each capacity of the grid is its own graph (ConfigRunner(capacity=...)).
 
+Workload.device_ms emulates an accelerator (benchmarks/accelerator.py): the model's compute becomes a
+host-idle wait of that many ms per step on a tiny model, the input pipeline stays as it is. Workload.gpu
+runs the real model on a real GPU, with SmartStage's `do_smart_stage_gpu` (no emulation).
+
 Workload.one_core_per_side emulates a machine where the prefetch side has its own core: every
 session gets intra-op 1 and two inter-op pools of 1 thread (pool 0: the training step, pool 1:
 the prefetch runs of every stage, defaults included), so each side computes on at most one thread.
@@ -43,6 +47,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
 import smartstage as ss
+from benchmarks.accelerator import device_options, with_device_step
 from smartstage.examples import (
     CriteoFiles,
     DLRMOptions,
@@ -67,9 +72,13 @@ class Workload:
     batch_size: int = 512
     size: str = "benchmark"
     one_core_per_side: bool = False
+    device_ms: float = 0.0  # > 0: the emulated accelerator's step time (the model's compute as a host-idle wait)
+    gpu: bool = False  # the real model on a real GPU, SmartStage with do_smart_stage_gpu
 
     @property
     def name(self) -> str:
+        if self.device_ms > 0:
+            return f"{self.model}/device {self.device_ms:g} ms"
         return f"{self.model}/{self.variant}" + ("/1 core per side" if self.one_core_per_side else "")
 
 
@@ -123,10 +132,11 @@ class Config:
                        capacity: int = ss.AUTOTUNE) -> tf.compat.v1.ConfigProto:
         """`config` with SmartStage turned on as this configuration's user would (auto-stage: the
         stage it inserts gets `capacity`, and pool 1 on one core per side)."""
+        gpu = workload is not None and workload.gpu
         if self.stage != "auto":
-            return ss.enable_smart_stage(config)
+            return ss.enable_smart_stage(config, gpu=gpu)
         arguments = stage_arguments(workload, capacity) if workload is not None else {"capacity": capacity}
-        return ss.enable_smart_stage(config, auto_stage=ss.AutoStageOptions(**arguments))
+        return ss.enable_smart_stage(config, gpu=gpu, auto_stage=ss.AutoStageOptions(**arguments))
 
 
 CONFIGS: tuple[Config, ...] = (
@@ -166,6 +176,8 @@ def session_config(setting: Setting, workload: Workload | None = None) -> tf.com
                                                     config_pb2.ThreadPoolOptionProto(num_threads=1)])
         return config
     config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=setting.inter_op)
+    if workload is not None and workload.gpu:
+        config.allow_soft_placement = True  # ops without a GPU kernel (string parsing, hashing) on the CPU
     if setting.inter_op and not setting.own_pool:
         config.use_per_session_threads = True
     if setting.own_pool:
@@ -191,6 +203,9 @@ class Sample:
 
 
 def _model_options(workload: Workload):
+    if workload.device_ms > 0:
+        return device_options(workload.model) if workload.size == "benchmark" else (
+            DLRMOptions() if workload.model == "dlrm" else WideDeepOptions())
     if workload.model == "dlrm":
         return DLRMOptions.benchmark() if workload.size == "benchmark" else DLRMOptions()
     if workload.model == "wide_deep":
@@ -225,6 +240,7 @@ def build_model(workload: Workload, files: CriteoFiles, config: Config,
     with graph.as_default():
         model = builder(files.data_path, files.vocabulary_paths, stage_fn=stage_fn,
                         options=_model_options(workload), input_options=input_options)
+        model = with_device_step(model, workload.device_ms)  # the model itself when device_ms is 0
     return graph, model
 
 
