@@ -3,7 +3,7 @@ preprocessing moved into the tf.data pipeline (docs/tf2.md).
 
     split = ss.tf2.split(train_step, dataset)       # for batch in split.dataset: split.step(batch)
     history = ss.tf2.fit(model, dataset, epochs=3)  # Keras 3: preprocessing layers run in the dataset
-    check = ss.tf2.compare(train_step, dataset, steps=50)   # split vs unsplit, step by step
+    check = ss.tf2.verify(train_step, dataset, steps=50)    # split vs unsplit, step by step
 
     trace      the step traced for the dataset's element spec, with its checks
     state      what each captured tensor is (variable, read-only variable, table, value) and whether it may move
@@ -12,6 +12,7 @@ preprocessing moved into the tf.data pipeline (docs/tf2.md).
     functions  the map function and the main tf.function built from them
     split      split() and SplitStep
     keras_split, keras_fit   Keras 3: the model cut at layer level by the op-level partition; fit()
+    compare    verify() / verify_fit(): the split program against the original, step by step
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ _LAZY = {
     "smartstage.tf2.split": ("SplitStep", "split"),
     "smartstage.tf2.keras_split": ("KerasSplit", "LayerVerdict", "split_model"),
     "smartstage.tf2.keras_fit": ("fit",),
+    "smartstage.tf2.compare": ("StepCheck", "verify", "verify_fit"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 __all__ = sorted(_MODULE_OF)

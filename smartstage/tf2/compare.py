@@ -1,0 +1,141 @@
+"""verify(): the split program against the original, step by step, from the same state (the Python twin of
+`smartstage verify` for TF2 steps and Keras models).
+
+    check = ss.tf2.verify(train_step, ds, steps=20)
+    check.identical      # every output of every step, then every variable, bit-identical
+    check.describe()     # "identical: 20 step(s), 1 fetch(es) each, then 7 variable(s)" / "step 3: ... differs"
+
+Both runs start from the variables as they are (a snapshot), and the variables are put back after each
+run: verify() trains nothing. Stateful random ops keep their own kernel state, which no snapshot reaches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from smartstage.inspection.replay import AFTER_LAST_STEP, Comparison, Mismatch, Run
+
+
+@dataclass(frozen=True)
+class StepCheck:
+    """The comparison of the original and the split program, and the split that ran."""
+
+    comparison: Comparison
+    split: Any  # the SplitStep, or the KerasSplit
+
+    @property
+    def identical(self) -> bool:
+        return self.comparison.identical
+
+    def describe(self) -> str:
+        return self.comparison.describe()
+
+
+def _values(output) -> list[np.ndarray]:
+    return [np.asarray(t) for t in tf.nest.flatten(output)]
+
+
+def _run(step, batches, steps: int, fetches: list[str], variables: list, unpack: bool) -> Run:
+    run = Run(fetches=fetches)
+    for batch in batches.take(steps):
+        run.values.append(_values(step(*batch) if unpack else step(batch)))
+    run.ended = len(run.values) < steps
+    run.variables = {f"{i}:{v.name}": v.numpy() for i, v in enumerate(variables)}
+    return run
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+
+
+def compare_runs(before: Run, after: Run) -> Comparison:
+    mismatches = []
+    for step, (a_values, b_values) in enumerate(zip(before.values, after.values)):
+        for fetch, a, b in zip(before.fetches, a_values, b_values):
+            if not _same(a, b):
+                mismatches.append(Mismatch(step, fetch, a, b))
+    for name, a in before.variables.items():
+        b = after.variables.get(name)
+        if b is None or not _same(a, b):
+            mismatches.append(Mismatch(AFTER_LAST_STEP, name, a, b))
+    return Comparison(before, after, tuple(mismatches))
+
+
+class _Snapshot:
+    """The variables' values now, to put back."""
+
+    def __init__(self, variables: list):
+        self.variables = variables
+        self.values = [v.numpy() for v in variables]
+
+    def restore(self) -> None:
+        for v, value in zip(self.variables, self.values):
+            v.assign(value)
+
+
+def verify(step, dataset: tf.data.Dataset, *, steps: int = 20, split=None, **split_kwargs) -> StepCheck:
+    """Runs `step` on `dataset` and the split program on its dataset, `steps` batches each, from the same
+    variable values, and compares every output and, after the last step, every variable the step captures.
+
+        before:  for batch in ds.take(20): step(batch)         # and by hand, the split loop
+        after:   ss.tf2.verify(step, ds, steps=20).describe()  # "identical: 20 step(s), ..."
+    """
+    from smartstage.tf2.split import split as split_step
+
+    halves = split or split_step(step, dataset, **split_kwargs)
+    variables = list(halves.traced.variables)
+    fetches = list(halves.traced.outputs)
+    snapshot = _Snapshot(variables)
+    try:
+        before = _run(step, dataset, steps, fetches, variables, halves.traced.unpack)
+        snapshot.restore()
+        after = _run(halves.step, halves.dataset, steps, fetches, variables, unpack=False)
+    finally:
+        snapshot.restore()
+    return StepCheck(compare_runs(before, after), halves)
+
+
+def verify_fit(model, dataset: tf.data.Dataset, *, steps: int = 20, split=None) -> StepCheck:
+    """The Keras twin: `model.train_on_batch` on raw batches against the trainer on the mapped dataset, from
+    the same weights and optimizer state (both put back after each run); compares each step's logs and
+    then every weight.
+
+        before:  model.fit(ds)                          after:  ss.tf2.fit(model, ds)
+        check:   ss.tf2.verify_fit(model, ds, steps=20).identical
+    """
+    from smartstage.tf2.keras_fit import compile_like
+    from smartstage.tf2.keras_split import split_model
+
+    halves = split or split_model(model)
+    compile_like(halves.trainer, model)
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    variables = list(model.variables) + list(model.optimizer.variables)
+    snapshot = _Snapshot(variables)
+
+    def run(trainer, batches) -> Run:
+        result = Run(fetches=["loss"])
+        for batch in batches.take(steps):
+            x, *rest = batch
+            logs = trainer.train_on_batch(x, *rest, return_dict=True)
+            result.values.append([np.asarray(logs["loss"])])
+        result.ended = len(result.values) < steps
+        result.variables = {f"{i}:{v.path}": np.asarray(v.numpy()) for i, v in enumerate(variables)}
+        return result
+
+    try:
+        before = run(model, dataset)
+        snapshot.restore()
+        after = run(halves.trainer, halves.map(dataset))
+    finally:
+        snapshot.restore()
+    return StepCheck(compare_runs(before, after), halves)
+
+
+__all__ = ["StepCheck", "compare_runs", "verify", "verify_fit"]
