@@ -19,7 +19,8 @@ from smartstage.errors import EagerModeError
 # The TF2 entry points, named in every message of this module (smartstage/tf2/).
 TF2_STEP_ENTRY = "smartstage.tf2.split(step, dataset)"
 TF2_KERAS_ENTRY = "smartstage.tf2.fit(model, dataset)"
-SESSION_HOOK = "is a SessionRunHook of a tf.compat.v1 MonitoredTrainingSession (create it where that graph is built)"
+SESSION_HOOK = ("is a SessionRunHook of a tf.compat.v1 MonitoredTrainingSession, which runs a graph (run that "
+                "session inside `with graph.as_default():`)")
 V1_GRAPH_FIX = ("call tf.compat.v1.disable_eager_execution() at program start (or build the graph inside "
                 "`with tf.Graph().as_default():`)")
 

@@ -44,7 +44,6 @@ class PrefetchHook(tf.compat.v1.train.SessionRunHook):
     """
 
     def __init__(self, stages: Iterable[StageDef | str] | None = None):
-        require_graph_mode("make_prefetch_hook()", what=SESSION_HOOK)
         self._stages = None if stages is None else list(stages)
         self._threads: PrefetchThreads | None = None
         self._reinit: ReinitWatch | None = None
@@ -57,6 +56,9 @@ class PrefetchHook(tf.compat.v1.train.SessionRunHook):
         return self._threads
 
     def begin(self) -> None:
+        # Made anywhere (an eager program may build its v1 graph inside `with graph.as_default():`), but begun
+        # only in a graph: a session begun eagerly would find no stage and prefetch nothing.
+        require_graph_mode("PrefetchHook.begin()", what=SESSION_HOOK)
         # MonitoredTrainingSession finalizes the graph right after begin(): the ordered lanes of stages
         # with several threads, and those of stages placed on input tasks, are built now, from the puts as they are.
         graph = tf.compat.v1.get_default_graph()
