@@ -2,8 +2,10 @@
 
     session          ss.Session(config=...): reads the flags, rewrites the default graph before the first step
     monitored        ss.MonitoredTrainingSession(...): the same for the monitored loop
-    live_rewrite     applies an OptimizeResult to the live tf.Graph (names and handles kept)
-    live_auto_stage  inserts auto-stage's stages into the live tf.Graph
+    live_rewrite     runs optimize() on an export of the live tf.Graph, applies the passes' edit logs to it,
+                     records what moved; adopt_late_ops for ops built after the rewrite
+    live_edits       apply_to_live_graph(graph, edits): the edit log (graph/edits.py) written into a live
+                     tf.Graph in place (new stage ops where the boundary dtypes change, names and handles kept)
     record           LiveRewrite / LiveStage: what a live rewrite did, kept per graph
     fetches          maps a fetch or feed of a moved tensor to the take output of the same batch
 

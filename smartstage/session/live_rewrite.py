@@ -5,25 +5,20 @@
 
 A session cannot run a rewritten GraphDef copy: the user holds Python handles (train_op, tensors,
 savers, hooks, Scaffold, queue runners, iterators) into the graph they built, and importing a copy
-loses them. So the session exports the live graph, runs optimize() on the export, and replays the
-partition's edits (the same edits as smartstage.rewrite.rebuild_boundary) on the live graph:
+loses them. So the session exports the live graph, runs optimize() on the export, and writes the
+passes' edit logs (PassReport.edits: the very edits optimize() wrote into its GraphDef) into the live
+graph with smartstage.session.live_edits.apply_to_live_graph. What differs from a GraphDef is decided
+there: a stage whose boundary dtypes change gets new buffer ops (`<stage>/smart_stage/...`), the old
+put is retired, StageDefs and QueueRunners name the new ops; nodes a pass added (auto-stage's stages,
+input-task copies, GPU copies) are imported under their names; every other edit is made on the live op.
+Nothing is removed or renamed: variables, savers and checkpoints are untouched.
 
-- A live op's outputs cannot change, so each changed stage gets a NEW buffer, put, take, close,
-  cancel and size (`<stage>/smart_stage/...`, on the devices of the old ones) carrying the new
-  boundary dtypes. The old ops stay in the graph, unused; the stage's StageDef (collection
-  "smartstage_stages") and any QueueRunner of the stage now name the new ops, so the prefetch
-  threads run the new put and nothing runs the old one. The old put is retired onto a queue of
-  its own (`retired_buffer`), so an exported copy shows no second stage.
-- Moved ops read the put's old inputs (Operation._update_input); main-side consumers read the new
-  take; control edges that cross the cut are re-routed through the new put and take.
-- Device changes of later passes (gpu placement, input tasks) are copied onto the live ops; what the
-  input-tasks pass added (per-task copies, shards, the marker) is replayed by session/live_input_tasks.py.
-- Nothing is removed or renamed: variables, savers and checkpoints are untouched.
-
-The rewrite happens once per graph (`live_rewrite_of(graph)` returns the record) and only before any
-session has run the graph: TensorFlow ignores edits of nodes a session has already run.
-The record also maps what moved: `tensor_map` (a moved or old take tensor -> the new take output
-that carries it, for fetches) and `prefetch_nodes` (node -> its stage, for clear errors).
+This module adds what only a session needs: the record (session/record.py) of what moved, which maps
+fetches (`tensor_map`: a moved or old take tensor -> the take output that carries it now; `op_map`;
+`prefetch_nodes`: node -> its stage, for clear errors), and adopt_late_ops for ops built after the rewrite.
+A stage the live graph cannot take (not a FIFO queue, or nothing the session knows runs its put) is left
+as it was, with a note. The rewrite happens once per graph (`live_rewrite_of(graph)` returns the record)
+and only before any session has run the graph: TensorFlow ignores edits of nodes a session has already run.
 """
 
 from __future__ import annotations
@@ -32,23 +27,19 @@ import logging
 from typing import Any, Iterable
 
 import tensorflow as tf
-from tensorflow.python.ops import gen_data_flow_ops
 
 from smartstage.config.options import SmartStageOptions
 from smartstage.errors import ConfigError, GraphError, TargetError
+from smartstage.graph.edits import AddNode, SetStageDef, touched_nodes
 from smartstage.graph.stages import FIFO
 from smartstage.runtime.lanes.lanes import LANE_SCOPES
-from smartstage.runtime.stage.metadata import STAGES_COLLECTION, StageRecord, stage_defs
-from smartstage.session.live_input_tasks import apply_input_tasks
-from smartstage.session.record import LiveRewrite, LiveStage, _dedupe, _set_control_inputs, rewrite_once
+from smartstage.runtime.stage.metadata import stage_defs
+from smartstage.session.live_edits import NEW_SCOPE, ROLES, LiveEdits, apply_to_live_graph, set_control_inputs
+from smartstage.session.record import LiveRewrite, LiveStage, rewrite_once
 
 logger = logging.getLogger(__name__)
 
-NEW_SCOPE = "smart_stage"
-_ROLES = ("buffer", "put", "take", "close", "cancel", "size")
-_STAGE_DEF_FIELDS = {"buffer": "buffer_node", "put": "put_node", "take": "take_node", "close": "close_node",
-                     "cancel": "cancel_node", "size": "size_node"}
-
+INPUT_TASKS = "input_tasks"  # the pass whose placement the notes describe
 
 
 def _node_names(items: Iterable[Any]) -> list[str]:
@@ -111,27 +102,49 @@ def rewrite_live_graph(graph: tf.Graph, options: SmartStageOptions, targets: Ite
 
 
 def _apply(graph: tf.Graph, result) -> LiveRewrite:
-    from smartstage.session.live_auto_stage import apply_auto_stages, auto_stage_names
-
     record = LiveRewrite(result=result, notes=tuple(result.notes))
     notes = list(record.notes)
-    stages = apply_auto_stages(graph, result, record)  # inserted stages: built once, in their final form
-    inserted = auto_stage_names(result)
+    inserted = {s.name: s for s in result.auto_stage.inserted} if result.auto_stage is not None else {}
+    expanded, left = [], []
     for partition in result.partitions:
         if not partition.changes_graph or partition.stage.name in inserted:
             continue
         reason = _unsupported(graph, partition)
         if reason:
             notes.append(f"{partition.stage.name}: left as it was in the session's graph: {reason}")
-            continue
-        stages.append(_rebuild_stage(graph, partition, record))
-    _copy_devices(graph, result)
-    notes.extend(apply_input_tasks(graph, result))  # scale-out: per-task copies, shards, the marker
-    record.stages = tuple(stages)
+            left.append(partition)
+        else:
+            expanded.append(partition)
+    # What each expanded stage's put carried before the edits (the old take's outputs, in order).
+    carried = {p.stage.name: [t.name for t in graph.get_operation_by_name(p.stage.put).inputs[1:]] for p in expanded}
+    applied = apply_to_live_graph(graph, _edits(result, left), {p.stage.put: p.stage.name for p in result.partitions})
+    stages = [_record_inserted(graph, record, stage, result) for stage in inserted.values()]
+    stages += [_record_expanded(graph, record, p, applied, carried[p.stage.name]) for p in expanded]
+    notes.extend(_input_task_notes(result))
+    record.stages = tuple(s for s in stages if s is not None)
     record.notes = tuple(notes)
     record.last_id = graph.version
     record.last_op_id = _last_op_id(graph)
     return record
+
+
+def _edits(result, left: list) -> list:
+    """Every pass's edits in order, less expand_stage's edits of the stages left as they were."""
+    own = {n for p in left for n in (*p.take_readers, *p.main_readers, p.stage.put, p.stage.take, *p.stage.ops)}
+    names = {p.stage.name for p in left}
+    edits = []
+    for report in result.reports:
+        if report.name != "expand_stage" or not left:
+            edits.extend(report.edits)
+            continue
+        kept = [e for e in report.edits if not (touched_nodes([e]) & own or
+                                                (isinstance(e, SetStageDef) and e.stage_def.name in names))]
+        shared = touched_nodes(kept) & own
+        if shared:
+            raise GraphError(f"node {sorted(shared)[0]!r} is edited for a stage the session's graph cannot take "
+                             "and for another one; optimize the exported graph offline instead")
+        edits.extend(kept)
+    return edits
 
 
 def _last_op_id(graph: tf.Graph) -> int:
@@ -158,157 +171,73 @@ def _queue_runners_of(graph: tf.Graph, put: str) -> list:
             if any(op.name == put for op in getattr(qr, "enqueue_ops", ()))]
 
 
-def _rebuild_stage(graph: tf.Graph, partition, record: LiveRewrite) -> LiveStage:
+def _record_expanded(graph: tf.Graph, record: LiveRewrite, partition, applied: LiveEdits,
+                     carried: list[str]) -> LiveStage:
+    """What the session maps for a hand-placed stage: old stage ops -> new ones, carried tensors -> take outputs."""
     stage = partition.stage
-    old = {"put": graph.get_operation_by_name(stage.put), "take": graph.get_operation_by_name(stage.take)}
-    old["buffer"] = old["put"].inputs[0].op
-    for op in old["buffer"].outputs[0].consumers():
-        if op.type in ("QueueCloseV2", "QueueClose"):
-            old["cancel" if op.get_attr("cancel_pending_enqueues") else "close"] = op
-        elif op.type in ("QueueSizeV2", "QueueSize"):
-            old.setdefault("size", op)
-    put_inputs = list(old["put"].inputs)[1:]
-    moved = {name: graph.get_operation_by_name(name) for name in partition.moved}
-    boundary = [graph.get_tensor_by_name(name) for name in partition.boundary_after]
-    producers = _dedupe([t.op for t in put_inputs] + list(old["put"].control_inputs))
-
-    # Who reads the take or a moved op from the main side, computed before any edit.
-    own = {op.name for op in old.values()}
-    consumers: dict[str, tf.Operation] = {}
-    for op in (old["take"], *moved.values()):
-        for out in op.outputs:
-            for c in out.consumers():
-                if c.name not in moved and c.name not in own:
-                    consumers.setdefault(c.name, c)
-        for c in op._control_outputs:  # noqa: SLF001
-            if c.name not in moved and c.name not in own:
-                consumers.setdefault(c.name, c)
-
-    new = _new_boundary_ops(graph, stage, old, boundary, partition, moved)
+    rebuilt = next((s for s in applied.stages if s.old_ops.get("put") == stage.put), None)
+    old_ops = rebuilt.old_ops if rebuilt is not None else {"put": stage.put, "take": stage.take}
+    new_ops = rebuilt.new_ops if rebuilt is not None else dict(old_ops)
     slot = {name: j for j, name in enumerate(partition.boundary_after)}
-    take_outputs = new["take"].outputs
-
-    # 1. Moved ops read what the put used to carry.
-    for op in moved.values():
-        for i, t in enumerate(op.inputs):
-            if t.op is old["take"]:
-                op._update_input(i, put_inputs[t.value_index])  # noqa: SLF001
-        control = list(op.control_inputs)
-        if old["take"] in control:
-            _set_control_inputs(op, [c for c in control if c is not old["take"]] + producers)
-
-    # 2. Main-side consumers read the new take; control edges from moved ops wait on the new take.
-    for op in consumers.values():
-        for i, t in enumerate(op.inputs):
-            if t.op is old["take"]:
-                key = put_inputs[t.value_index].name
-            elif t.op.name in moved:
-                key = t.name
-            else:
-                continue
-            if key not in slot:
-                raise GraphError(f"stage {stage.name!r}: {op.name!r} reads {t.name!r} from the main side, but the "
-                                 "partition does not carry it across the stage (an optimizer bug; please report it)")
-            op._update_input(i, take_outputs[slot[key]])  # noqa: SLF001
-        control = list(op.control_inputs)
-        if any(c is old["take"] or c.name in moved for c in control):
-            kept = [c for c in control if c is not old["take"] and c.name not in moved]
-            reads_take = any(t.op is new["take"] for t in op.inputs)
-            _set_control_inputs(op, kept + ([] if reads_take else [new["take"]]))
-
-    # 3. The prefetch threads run the new put from now on. The old put is retired: it fills a queue
-    #    nobody takes from, so no tool that finds stages by the graph's shape (an exported copy has no
-    #    live record) takes the old buffer for a stage and runs its put, pulling batches from the input.
-    old["put"]._update_input(0, new["retired"].outputs[0])  # noqa: SLF001
-    _update_stage_defs(graph, stage, new, partition.boundary_after)
-    for qr in _queue_runners_of(graph, stage.put):
-        qr._enqueue_ops = [new["put"] if op is old["put"] else op for op in qr._enqueue_ops]  # noqa: SLF001
-        qr._close_op, qr._cancel_op = new["close"], new["cancel"]  # noqa: SLF001
-
-    # 4. What the session maps: old stage ops -> new ones, carried tensors -> new take outputs.
-    for role, op in old.items():
-        if role in _ROLES:
-            record.op_map[op.name] = new[role]
-            for i, out in enumerate(op.outputs):
-                if role != "take" and i < len(new[role].outputs):
-                    record.tensor_map[out.name] = new[role].outputs[i]
-    for k, out in enumerate(old["take"].outputs):
-        key = put_inputs[k].name
+    take_outputs = graph.get_operation_by_name(new_ops["take"]).outputs
+    for role, name in old_ops.items():
+        old, new = graph.get_operation_by_name(name), graph.get_operation_by_name(new_ops[role])
+        record.op_map[name] = new
+        if role != "take":
+            for i, out in enumerate(old.outputs[:len(new.outputs)]):
+                record.tensor_map[out.name] = new.outputs[i]
+    for out, key in zip(graph.get_operation_by_name(stage.take).outputs, carried):
         if key in slot:
             record.tensor_map[out.name] = take_outputs[slot[key]]
-    for op in moved.values():
-        record.prefetch_nodes[op.name] = stage.name
-        for out in op.outputs:
+    for name in partition.moved:
+        record.prefetch_nodes[name] = stage.name
+        for out in graph.get_operation_by_name(name).outputs:
             if out.name in slot:
                 record.tensor_map[out.name] = take_outputs[slot[out.name]]
-    record.prefetch_nodes[old["take"].name] = stage.name
-    return LiveStage(name=stage.name, old_ops={r: op.name for r, op in old.items()},
-                     new_ops={r: op.name for r, op in new.items() if r in _ROLES}, moved=tuple(partition.moved),
-                     boundary=tuple(partition.boundary_after))
+    record.prefetch_nodes[stage.take] = stage.name
+    return LiveStage(name=stage.name, old_ops=old_ops, new_ops={r: n for r, n in new_ops.items() if r in ROLES},
+                     moved=tuple(partition.moved), boundary=tuple(partition.boundary_after))
 
 
-def _new_boundary_ops(graph, stage, old, boundary, partition, moved) -> dict[str, tf.Operation]:
-    """A buffer with the new dtypes and its put, take, close, cancel and size, beside the old ones."""
-    dtypes = [t.dtype.base_dtype for t in boundary]
-    shapes = [t.shape for t in boundary]
-    buffer_def = old["buffer"].node_def
-    shared = buffer_def.attr["shared_name"].s.decode() if "shared_name" in buffer_def.attr else ""
-    container = buffer_def.attr["container"].s.decode() if "container" in buffer_def.attr else ""
-    reroute_sources = [moved[src] for src, _ in partition.control_reroutes]
-    new: dict[str, tf.Operation] = {}
-    # Reset every scope the caller may be in: devices, control dependencies, colocation, names.
-    with graph.as_default(), graph.device(None), graph.control_dependencies(None), \
-            graph.colocate_with(None, ignore_existing=True), graph.name_scope(None), \
-            graph.name_scope(f"{stage.name}/{NEW_SCOPE}") as scope:
-        with graph.device(old["buffer"].device):
-            handle = gen_data_flow_ops.fifo_queue_v2(
-                component_types=dtypes,
-                shapes=shapes if all(s.is_fully_defined() for s in shapes) else [],
-                capacity=old["buffer"].get_attr("capacity"),
-                container=container,
-                shared_name=scope.rstrip("/") if shared else "",
-                name="buffer")
-            new["close"] = gen_data_flow_ops.queue_close_v2(handle, cancel_pending_enqueues=False, name="close")
-            new["cancel"] = gen_data_flow_ops.queue_close_v2(handle, cancel_pending_enqueues=True, name="cancel")
-            new["size"] = gen_data_flow_ops.queue_size_v2(handle, name="size").op
-        new["buffer"] = handle.op
-        with graph.device(old["put"].device):
-            new["retired"] = gen_data_flow_ops.fifo_queue_v2(
-                component_types=old["buffer"].get_attr("component_types"), capacity=1, name="retired_buffer").op
-        with graph.device(old["put"].device), \
-                graph.control_dependencies(_dedupe(list(old["put"].control_inputs) + reroute_sources)):
-            new["put"] = gen_data_flow_ops.queue_enqueue_v2(
-                handle, boundary, timeout_ms=old["put"].get_attr("timeout_ms"), name="put")
-        with graph.device(old["take"].device), graph.control_dependencies(list(old["take"].control_inputs)):
-            taken = gen_data_flow_ops.queue_dequeue_v2(
-                handle, component_types=dtypes, timeout_ms=old["take"].get_attr("timeout_ms"), name="take")
-    taken = taken if isinstance(taken, (list, tuple)) else [taken]
-    for tensor, shape in zip(taken, shapes):
-        tensor.set_shape(shape)
-    new["take"] = taken[0].op
-    return new
+def _record_inserted(graph: tf.Graph, record: LiveRewrite, inserted, result) -> LiveStage | None:
+    """What the session maps for a stage auto-stage inserted (built in its final form): take outputs, sides."""
+    partition = next((p for p in result.partitions if p.stage.name == inserted.name), None)
+    stage_def = partition.stage.stage_def if partition is not None else None
+    if stage_def is None:  # pragma: no cover - every inserted stage has a partition and a StageDef
+        return None
+    take = graph.get_operation_by_name(stage_def.take_node)
+    for j, tensor in enumerate(stage_def.boundary_tensors):
+        record.tensor_map[tensor] = take.outputs[j]
+    for name in (*inserted.source.nodes, *partition.moved):
+        record.prefetch_nodes[name] = inserted.name
+    roles = {"buffer": stage_def.buffer_node, "put": stage_def.put_node, "take": stage_def.take_node,
+             "close": stage_def.close_node, "cancel": stage_def.cancel_node, "size": stage_def.size_node}
+    logger.info("auto-stage: built stage %s at %s in the session's graph", inserted.name, list(inserted.source.nodes))
+    return LiveStage(name=inserted.name, old_ops={}, new_ops=roles, moved=tuple(partition.moved),
+                     boundary=tuple(stage_def.boundary_tensors))
 
 
-def _update_stage_defs(graph: tf.Graph, stage, new: dict[str, tf.Operation], boundary: tuple[str, ...]) -> None:
-    items = graph.get_collection_ref(STAGES_COLLECTION)
-    defs = stage_defs(graph)
-    for i, stage_def in enumerate(defs):
-        if stage_def.put_node != stage.put:
-            continue
-        for role, field_name in _STAGE_DEF_FIELDS.items():
-            setattr(stage_def, field_name, new[role].name)
-        del stage_def.boundary_tensors[:]
-        stage_def.boundary_tensors.extend(boundary)
-        if not isinstance(items[i], StageRecord):  # raw bytes from an import: keep the updated proto
-            items[i] = StageRecord(stage_def)
+def placed_stages(result) -> dict:
+    """The stages the input_tasks pass placed on input tasks (none when the pass did not run or skipped them)."""
+    for report in result.reports:
+        if report.name == INPUT_TASKS and report.changed and report.details:
+            return {name: plan for name, plan in report.details.items() if not plan.skipped}
+    return {}
 
 
-def _copy_devices(graph: tf.Graph, result) -> None:
-    """Device changes made by later passes (gpu placement), applied to the live ops."""
-    before = {n.name: n.device for n in result.original_graph_def.node}
-    for node in result.graph_def.node:
-        if node.name in before and node.device != before[node.name]:
-            graph.get_operation_by_name(node.name)._set_device(node.device)  # noqa: SLF001
+def _input_task_notes(result) -> list[str]:
+    placed = placed_stages(result)
+    if not placed:
+        return []
+    (report,) = [r for r in result.reports if r.name == INPUT_TASKS]
+    added = [e.node.name for e in report.edits if isinstance(e, AddNode)]
+    notes = []
+    for stage, plan in placed.items():
+        owned = sum(1 for n in added if n.startswith(f"{stage}/"))
+        notes.append(f"{stage}: prefetch side on {len(plan.tasks)} task(s) of {plan.tasks[0].split('/')[1]} "
+                     f"({plan.mode}): {len(plan.body)} node(s) on task 0, {owned} added for the other tasks and the "
+                     "plan")
+    return notes
 
 
 def adopt_late_ops(graph: tf.Graph, record: LiveRewrite) -> int:
@@ -354,7 +283,7 @@ def adopt_late_ops(graph: tf.Graph, record: LiveRewrite) -> int:
                 record.unservable[op.name] = record.unservable[t.op.name]
         control = list(op.control_inputs)
         if any(c.name in record.op_map or c.name in record.prefetch_nodes for c in control):
-            _set_control_inputs(op, [_main_side_control(record, c) for c in control])
+            set_control_inputs(op, [_main_side_control(record, c) for c in control])
             changed = True
         rewired += changed
     record.last_id = last
@@ -375,3 +304,6 @@ def _main_side_control(record: LiveRewrite, op: tf.Operation) -> tf.Operation:
         if s.name == stage:
             return record.op_map[s.old_ops["take"]]
     raise GraphError(f"no rebuilt stage {stage!r} for {op.name!r}")
+
+
+__all__ = ["NEW_SCOPE", "adopt_late_ops", "placed_stages", "rewrite_live_graph"]

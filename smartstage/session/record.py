@@ -1,5 +1,4 @@
-"""What a session's live rewrite did to a tf.Graph, kept per graph, and the small tf.Graph edits the live
-rewrite and the live auto-stage share (so neither imports the other).
+"""What a session's live rewrite did to a tf.Graph, kept per graph.
 
     record = live_rewrite_of(tf.compat.v1.get_default_graph())   # a LiveRewrite, or None
     record.tensor_map["hash:0"]                                  # the take output that carries it now
@@ -10,7 +9,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from typing import Callable
 
@@ -73,12 +72,3 @@ def rewrite_once(graph: tf.Graph, rewrite: Callable[[], LiveRewrite]) -> tuple[L
             record = _records[graph] = rewrite()
             return record, True
         return record, False
-
-
-def _dedupe(ops: Iterable[tf.Operation]) -> list[tf.Operation]:
-    return list({op.name: op for op in ops}.values())
-
-
-def _set_control_inputs(op: tf.Operation, control: list[tf.Operation]) -> None:
-    op._remove_all_control_inputs()  # noqa: SLF001
-    op._add_control_inputs(_dedupe(control))  # noqa: SLF001

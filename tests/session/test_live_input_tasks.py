@@ -1,4 +1,4 @@
-"""The input-task placement replayed on the live graph (session/live_input_tasks.py), without a cluster.
+"""The input-task placement written into the live graph (its edit log, session/live_edits.py), without a cluster.
 
     offline:  optimize(exported graph, input_job="input", input_tasks=2)  -> copies, shards, marker
     live:     prepare_graph(the built graph, the same options)             -> the same nodes, in the same tf.Graph
@@ -17,7 +17,7 @@ import smartstage as ss
 from smartstage.config.options import options_from_config
 from smartstage.graph.names import parse_tensor_name
 from smartstage.runtime.stage.metadata import stage_defs
-from smartstage.session.live_input_tasks import placed_stages
+from smartstage.session.live_rewrite import placed_stages
 from smartstage.session.session import prepare_graph
 from tests.cluster import graphs
 
