@@ -74,7 +74,7 @@ def _target_ports(names: list[str], bare: set[str]) -> dict[str, frozenset[int]]
     return {node: frozenset(p) for node, p in ports.items() if node not in bare}
 
 
-def _check_ports(view, names: list[str], what: str) -> None:
+def check_ports(view, names: list[str], what: str) -> None:
     """TargetError for a tensor name whose node has fewer outputs ("zsum:7" where zsum has one)."""
     for name in names:
         t = parse_tensor_name(name)
@@ -164,8 +164,8 @@ def _optimize(graph, config, targets, feeds, overrides) -> OptimizeResult:
     # An output of a take named as a target keeps crossing the stage (see partition_stages).
     ctx.target_ports = _target_ports(target_list, set(from_collections))
     view = ctx.view_of(loaded.graph_def)
-    _check_ports(view, target_list, "targets")
-    _check_ports(view, feed_list, "feeds")
+    check_ports(view, target_list, "targets")
+    check_ports(view, feed_list, "feeds")
     view.check_inputs()
     view.order()  # GraphError naming a cycle
     graph_def, reports = build_pipeline(options).run(loaded.graph_def, ctx)

@@ -1,5 +1,5 @@
-"""The package's layers: every import (function-level ones included) points down or within its own layer,
-and no modules import each other in a circle.
+"""The package's layers: every import (function-level and TYPE_CHECKING ones included) points down or within
+its own layer, no modules import each other in a circle, and no module imports another's private name.
 
     errors, protos                      L0  the vocabulary every layer shares
     config, graph                       L1  flags; the graph model (view, names, op types, stages)
@@ -35,12 +35,12 @@ SIBLINGS = {frozenset({"smartstage.passes", "smartstage.runtime"}),
 ALLOWED_UPWARD = {("smartstage.result", "smartstage.inspection.diff")}
 
 
-def _modules() -> dict[str, Path]:
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
     modules = {}
-    for path in PACKAGE.rglob("*.py"):
+    for path in package.rglob("*.py"):
         if path.name.endswith("_pb2.py"):
             continue
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        parts = path.relative_to(package.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         modules[name] = path
     return modules
@@ -52,41 +52,55 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return name or None
 
 
-def _type_checking_only(tree: ast.AST) -> set[int]:
-    """Line numbers of imports under `if TYPE_CHECKING:`: they name types for annotations and never run."""
-    lines = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING":
-            lines |= {n.lineno for child in node.body for n in ast.walk(child)}
-    return lines
+def _smartstage_imports(module: str, path: Path):
+    """(node, origin) for every `from <origin> import ...` of the package in `module` (relative ones resolved),
+    at any depth of the file: function-level and `if TYPE_CHECKING:` imports included."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:  # from . import x; from ..graph import y
+            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            yield node, f"{base}.{node.module}" if node.module else base
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("smartstage"):
+            yield node, node.module
+        elif isinstance(node, ast.Import):
+            yield node, None
 
 
-def import_graph(runtime_only: bool = False) -> nx.DiGraph:
-    """Module -> module it imports (at any depth in the file: lazy imports count). With runtime_only,
-    imports under `if TYPE_CHECKING:` are left out: they never execute, so they cannot close a circle."""
-    modules = _modules()
+def import_graph(package: Path = PACKAGE) -> nx.DiGraph:
+    """Module -> module it imports (at any depth in the file: lazy imports count, and so do imports under
+    `if TYPE_CHECKING:`: a type named in an annotation is a dependency of the design, even if it never runs)."""
+    modules = _modules(package)
     graph = nx.DiGraph()
     graph.add_nodes_from(modules)
     for module, path in modules.items():
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        tree = ast.parse(path.read_text(), str(path))
-        skipped = _type_checking_only(tree) if runtime_only else set()
-        for node in ast.walk(tree):
-            targets = []
-            if getattr(node, "lineno", None) in skipped:
-                continue
-            if isinstance(node, ast.ImportFrom) and node.level > 0:  # from . import x; from ..graph import y
-                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                origin = f"{base}.{node.module}" if node.module else base
+        for node, origin in _smartstage_imports(module, path):
+            if isinstance(node, ast.ImportFrom):
                 targets = [_resolve(f"{origin}.{a.name}", modules) for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("smartstage"):
-                targets = [_resolve(f"{node.module}.{a.name}", modules) for a in node.names]
-            elif isinstance(node, ast.Import):
+            else:
                 targets = [_resolve(a.name, modules) for a in node.names if a.name.startswith("smartstage")]
             for target in targets:
                 if target and target != module:
                     graph.add_edge(module, target)
     return graph
+
+
+def private_imports(package: Path = PACKAGE) -> list[str]:
+    """`module: from origin import _name` for every private name (one leading underscore) a module imports
+    from another module of the package: what was private to one file has become another's API, so it loses
+    the underscore."""
+    found = []
+    for module, path in _modules(package).items():
+        for node, origin in _smartstage_imports(module, path):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            if private:
+                found.append(f"{module}: from {origin} import {', '.join(private)}")
+    return found
+
+
+def _circles(graph: nx.DiGraph) -> list[list[str]]:
+    return [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
 
 
 def layer_of(module: str) -> tuple[str, int]:
@@ -95,10 +109,16 @@ def layer_of(module: str) -> tuple[str, int]:
 
 
 def test_no_import_cycle():
-    # Annotations may name each other's types (an import under TYPE_CHECKING); executed imports may not circle.
-    graph = import_graph(runtime_only=True)
-    cycles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    # TYPE_CHECKING imports count: two modules that name each other's types depend on each other (reach the
+    # other through a Protocol in a module below both, as runtime/producers/host.py does).
+    cycles = _circles(import_graph())
     assert not cycles, f"modules that import each other in a circle: {cycles}"
+
+
+def test_no_private_name_imported_from_another_module():
+    found = private_imports()
+    assert not found, "private names imported across modules (drop the underscore, or keep it in its module): " + \
+        "; ".join(found)
 
 
 def test_every_import_points_down_or_within_its_layer():
@@ -121,7 +141,36 @@ def test_every_import_points_down_or_within_its_layer():
 def test_the_cycle_check_finds_a_circle(graph_edges, expected):
     # The check itself can fail: a circle of two modules is found, a chain is not.
     graph = nx.DiGraph(graph_edges)
-    assert [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1] == expected
+    assert _circles(graph) == expected
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    package = tmp_path / "smartstage"
+    for name, text in {"__init__.py": "", **files}.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    return package
+
+
+def test_the_cycle_check_sees_a_circle_through_type_checking(tmp_path):
+    # ordered.py and stage_threads.py once formed such a circle: one import ran, the other only under TYPE_CHECKING.
+    package = _package(tmp_path, {
+        "a.py": "from smartstage.b import B\n",
+        "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from smartstage.a import A\nB = 1\n",
+        "c.py": "from smartstage.b import B\n",
+    })
+    assert _circles(import_graph(package)) == [["smartstage.a", "smartstage.b"]]
+
+
+def test_the_private_name_check_finds_one(tmp_path):
+    package = _package(tmp_path, {
+        "common.py": "_helper = 1\nhelper = 2\n__version__ = '1'\n",
+        "main.py": "from smartstage.common import _helper, helper, __version__\n",
+        "cli/__init__.py": "",
+        "cli/run.py": "def run():\n    from ..common import _helper\n    from .. import common\n",
+    })
+    assert sorted(private_imports(package)) == ["smartstage.cli.run: from smartstage.common import _helper",
+                                                "smartstage.main: from smartstage.common import _helper"]
 
 
 def test_the_layer_check_sees_lazy_imports(tmp_path):

@@ -1,6 +1,6 @@
 """The commands `optimize`, `diff`, `explain` and `verify`: parsed arguments in, an exit code out.
 
-    _optimize(args)   # smartstage optimize model.meta -o fast.meta --html report.html
+    optimize_command(args)   # smartstage optimize model.meta -o fast.meta --html report.html
 """
 
 from __future__ import annotations
@@ -8,36 +8,38 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from smartstage.cli.common import (EXIT_DIFFERENT, EXIT_OK, _Fail, _config, _feed_values, _load, _print_summary,
-                                   _progress, _report_json, _source, _status, scale_out_options)
+from smartstage.cli.common import (EXIT_DIFFERENT, EXIT_OK, CommandFailed, load_input, options_from_args,
+                                   parse_feed_values, print_summary, progress_bar, report_json, scale_out_options,
+                                   source_of, spinner)
 
 
 # -- commands ----------------------------------------------------------------------------------------
-def _optimize(args) -> int:
+def optimize_command(args) -> int:
     from smartstage.cli.outputs import CommandOutputs
     from smartstage.graph.load import graph_bytes
     from smartstage.optimizer import optimize
 
     src, out = Path(args.input), Path(args.output)
     if out.suffix != src.suffix:
-        raise _Fail(f"OUT {args.output!r} must have the format of IN ({src.suffix or 'no extension'}): the rewritten "
-                    f"graph is written in the input's format; name it e.g. {out.with_suffix(src.suffix).name!r}")
+        raise CommandFailed(f"OUT {args.output!r} must have the format of IN ({src.suffix or 'no extension'}): "
+                            "the rewritten graph is written in the input's format; "
+                            f"name it e.g. {out.with_suffix(src.suffix).name!r}")
     if out.resolve() == src.resolve():
-        raise _Fail(f"OUT {args.output!r} is IN: write the rewritten graph to another file")
-    loaded = _load(args.input)
-    with _status("optimizing"):
-        result = optimize(_source(loaded), _config(args, gpu=args.gpu), targets=args.target,
-                          feeds=_feed_values(args.feed)[0], **scale_out_options(args))
+        raise CommandFailed(f"OUT {args.output!r} is IN: write the rewritten graph to another file")
+    loaded = load_input(args.input)
+    with spinner("optimizing"):
+        result = optimize(source_of(loaded), options_from_args(args, gpu=args.gpu), targets=args.target,
+                          feeds=parse_feed_values(args.feed)[0], **scale_out_options(args))
     after = result.meta_graph_def if result.meta_graph_def is not None else result.graph_def
     # Every output is written beside its destination first, then all are renamed into place together:
     # a failure anywhere (a report that cannot be written, an interrupt) leaves no output behind.
     with CommandOutputs() as outputs:
         outputs.add(out, graph_bytes(after, out))
         if args.report or args.html:
-            with _status("comparing before and after"):
+            with spinner("comparing before and after"):
                 diff = result.diff()
             if args.report:
-                outputs.add(args.report, _report_json(diff, result))
+                outputs.add(args.report, report_json(diff, result))
             if args.html:
                 from smartstage.inspection.render.html import html_report
 
@@ -50,18 +52,18 @@ def _optimize(args) -> int:
             outputs.add_tree(args.tensorboard, lambda folder: write_tensorboard(before, after, folder))
         written = outputs.paths
         outputs.commit()
-    _print_summary(result, out=", ".join(written))
+    print_summary(result, out=", ".join(written))
     return EXIT_OK
 
 
-def _diff(args) -> int:
+def diff_command(args) -> int:
     from smartstage.inspection.diff import graph_diff
     from smartstage.inspection.render.json_report import json_report
     from smartstage.inspection.render.text import text_report
 
-    before, after = _load(args.before, "BEFORE"), _load(args.after, "AFTER")
-    with _status("comparing"):
-        diff = graph_diff(_source(before), _source(after))
+    before, after = load_input(args.before, "BEFORE"), load_input(args.after, "AFTER")
+    with spinner("comparing"):
+        diff = graph_diff(source_of(before), source_of(after))
     from smartstage.cli.outputs import CommandOutputs
 
     with CommandOutputs() as outputs:
@@ -84,7 +86,7 @@ def _diff(args) -> int:
     return EXIT_OK
 
 
-def _explain(args) -> int:
+def explain_command(args) -> int:
     import json
 
     from smartstage.inspection.explain import explain
@@ -92,12 +94,12 @@ def _explain(args) -> int:
     from smartstage.optimizer import optimize
 
     if not args.node and not args.placement:
-        raise _Fail("explain needs NODE (why it moved or stayed), or --placement (which input task runs what)")
-    loaded = _load(args.graph)
-    feeds = _feed_values(args.feed)[0]
-    with _status("optimizing"):
-        result = optimize(_source(loaded), _config(args), targets=args.target, feeds=feeds)
-        explanation = explain(_source(loaded), args.node, result=result) if args.node else None
+        raise CommandFailed("explain needs NODE (why it moved or stayed), or --placement (which input task runs what)")
+    loaded = load_input(args.graph)
+    feeds = parse_feed_values(args.feed)[0]
+    with spinner("optimizing"):
+        result = optimize(source_of(loaded), options_from_args(args), targets=args.target, feeds=feeds)
+        explanation = explain(source_of(loaded), args.node, result=result) if args.node else None
     placements = stage_placements(result.meta_graph_def if result.meta_graph_def is not None else result.graph_def)
     if args.json:
         document = explanation.to_dict() if explanation is not None else {}
@@ -115,14 +117,14 @@ def _explain(args) -> int:
     return EXIT_OK
 
 
-def _verify(args) -> int:
+def verify_command(args) -> int:
     from smartstage.inspection.verify_rewrite import verify_rewrite
 
-    loaded = _load(args.graph)
-    feeds, feed_dict = _feed_values(args.feed)
-    with _progress(args.steps) as progress:
-        check = verify_rewrite(_source(loaded), args.steps, fetches=args.fetch or None, targets=args.target,
-                               feeds=feeds, progress=progress, grappler=args.grappler, config=_config(args),
+    loaded = load_input(args.graph)
+    feeds, feed_dict = parse_feed_values(args.feed)
+    with progress_bar(args.steps) as progress:
+        check = verify_rewrite(source_of(loaded), args.steps, fetches=args.fetch or None, targets=args.target,
+                               feeds=feeds, progress=progress, grappler=args.grappler, config=options_from_args(args),
                                feed_dict=feed_dict or None, start_seconds=args.start_timeout)
     fetched = ", ".join(check.fetches)
     if check.identical:

@@ -1,7 +1,7 @@
 """What every `smartstage` command shares: exit codes, the one-line failure, loading a graph, `--feed`
 values, the summary table and progress on a terminal (files are written by smartstage.cli.outputs).
 
-    graph = _load("model.meta")          # a LoadedGraph, or _Fail("cannot read model.meta: ...")
+    graph = load_input("model.meta")          # a LoadedGraph, or CommandFailed("cannot read model.meta: ...")
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ EXIT_OK, EXIT_DIFFERENT, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 
-class _Fail(Exception):
+class CommandFailed(Exception):
     """A one-line error from the CLI itself (bad paths and flags found after parsing)."""
 
 
-def _error(message: str) -> None:
+def print_error(message: str) -> None:
     message = " ".join(message.split())  # one line, whatever the message held
     print(f"smartstage: error: {message}", file=sys.stderr)
 
 
-def _config(args, gpu: bool = False):
+def options_from_args(args, gpu: bool = False):
     from smartstage.config.options import enable_smart_stage
 
     return enable_smart_stage(gpu=gpu, auto_stage=True if args.auto_stage else None, **scale_out_options(args))
@@ -40,7 +40,7 @@ def scale_out_options(args) -> dict:
     return {}
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -50,7 +50,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def _version() -> str:
+def package_version() -> str:
     try:
         from importlib.metadata import version
 
@@ -68,7 +68,7 @@ def _console(stderr: bool = False):
 
 
 @contextlib.contextmanager
-def _status(message: str):
+def spinner(message: str):
     """A spinner on a terminal; nothing otherwise."""
     if not sys.stderr.isatty():
         yield
@@ -77,19 +77,19 @@ def _status(message: str):
         yield
 
 
-def _load(path: str, what: str = "graph"):
+def load_input(path: str, what: str = "graph"):
     from smartstage.graph.load import load_graph
 
     size = Path(path).stat().st_size if Path(path).is_file() else 0
-    with _status(f"loading {what} {path} ({size / 1e6:.1f} MB)"):
+    with spinner(f"loading {what} {path} ({size / 1e6:.1f} MB)"):
         return load_graph(path)
 
 
-def _source(loaded):
+def source_of(loaded):
     return loaded.meta_graph_def if loaded.meta_graph_def is not None else loaded.graph_def
 
 
-def _feed_values(specs: list[str]) -> tuple[list[str], dict]:
+def parse_feed_values(specs: list[str]) -> tuple[list[str], dict]:
     """`--feed NAME[=VALUE]`: the fed nodes, and the values verify feeds in both runs (VALUE: JSON)."""
     import json
 
@@ -102,13 +102,13 @@ def _feed_values(specs: list[str]) -> tuple[list[str], dict]:
         try:
             value = json.loads(text)
         except ValueError:
-            raise _Fail(f"--feed {spec!r}: VALUE {text!r} is not a number or a JSON list; e.g. --feed {name}=0.5 "
-                        f"or --feed {name}='[1, 2]'") from None
+            raise CommandFailed(f"--feed {spec!r}: VALUE {text!r} is not a number or a JSON list; "
+                                f"e.g. --feed {name}=0.5 or --feed {name}='[1, 2]'") from None
         values[name if ":" in name else name + ":0"] = value
     return names, values
 
 
-def _print_summary(result, out=None) -> None:
+def print_summary(result, out=None) -> None:
     from rich.table import Table
 
     console = _console()
@@ -131,7 +131,7 @@ def _print_summary(result, out=None) -> None:
         console.print(f"wrote {out}")
 
 
-def _report_json(diff, result) -> str:
+def report_json(diff, result) -> str:
     import json
 
     document = diff.to_dict()
@@ -141,7 +141,7 @@ def _report_json(diff, result) -> str:
 
 
 @contextlib.contextmanager
-def _progress(steps: int):
+def progress_bar(steps: int):
     """A progress bar per run (before, after) on a terminal; a no-op callback otherwise."""
     if not sys.stderr.isatty():
         yield lambda phase, step: None

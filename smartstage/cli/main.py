@@ -18,9 +18,10 @@ import argparse
 import os
 import sys
 from typing import Sequence
-from smartstage.cli.commands import _diff, _explain, _optimize, _verify
-from smartstage.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, _Fail, _error, _positive, _version
-from smartstage.cli.demo import _demo
+from smartstage.cli.commands import diff_command, explain_command, optimize_command, verify_command
+from smartstage.cli.common import (EXIT_ERROR, EXIT_INTERRUPTED, CommandFailed, package_version, positive_int,
+                                   print_error)
+from smartstage.cli.demo import demo_command
 
 
 
@@ -35,11 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except NoStageError as e:
-        _error(no_stage_message(e, bool(getattr(args, "auto_stage", False))))
-    except (SmartStageError, _Fail) as e:
-        _error(str(e))
+        print_error(no_stage_message(e, bool(getattr(args, "auto_stage", False))))
+    except (SmartStageError, CommandFailed) as e:
+        print_error(str(e))
     except OSError as e:  # the path the user gave (outputs never report their temporary files)
-        _error(f"{e.filename}: {e.strerror or e}" if getattr(e, "filename", None) else str(e))
+        print_error(f"{e.filename}: {e.strerror or e}" if getattr(e, "filename", None) else str(e))
     except KeyboardInterrupt:
         print("smartstage: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -48,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if not isinstance(e, tf.errors.OpError):
             raise
-        _error(op_error_message(e))
+        print_error(op_error_message(e))
     return EXIT_ERROR
 
 
@@ -73,7 +74,7 @@ def _quiet_tensorflow() -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="smartstage", description="Move input preprocessing of a TensorFlow "
                                      "training graph behind a prefetching stage, and inspect what moved.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("optimize", help="rewrite a graph file (.pb, .pbtxt, .meta) and report what moved")
@@ -87,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--html", metavar="HTML", help="write the self-contained HTML report")
     p.add_argument("--tensorboard", metavar="LOGDIR", help="write the graph before and after as two TensorBoard runs")
     _layout_flags(p)
-    p.set_defaults(run=_optimize)
+    p.set_defaults(run=optimize_command)
 
     p = sub.add_parser("diff", help="what changed between any two graphs")
     p.add_argument("before", metavar="BEFORE")
@@ -98,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dot", metavar="DOT", help="also write the drawing as Graphviz source")
     p.add_argument("--svg", metavar="SVG", help="also write the drawing as SVG")
     _layout_flags(p)
-    p.set_defaults(run=_diff)
+    p.set_defaults(run=diff_command)
 
     p = sub.add_parser("explain", help="why a node stays on the main side, or why it moves")
     p.add_argument("graph", metavar="GRAPH")
@@ -108,11 +109,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--placement", action="store_true", help="print which input task runs what, per stage (a graph "
                    "optimized with --input-job, or pass --input-job here)")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
-    p.set_defaults(run=_explain)
+    p.set_defaults(run=explain_command)
 
     p = sub.add_parser("verify", help="run the graph before and after optimizing; compare every fetched value")
     p.add_argument("graph", metavar="GRAPH")
-    p.add_argument("--steps", type=_positive, default=10, help="steps to run each graph (default 10)")
+    p.add_argument("--steps", type=positive_int, default=10, help="steps to run each graph (default 10)")
     p.add_argument("--fetch", action="append", default=[], metavar="NAME",
                    help="a tensor or op to fetch and compare (repeatable; default: the train_op, losses and "
                         "smartstage_targets collections)")
@@ -121,17 +122,19 @@ def _parser() -> argparse.ArgumentParser:
     _selection_flags(p)
     _scale_out_flags(p, " (verify then runs both graphs on a loopback cluster: a trainer and N input-task "
                         "servers on 127.0.0.1)")
-    p.add_argument("--start-timeout", type=_positive, default=60, metavar="SECONDS",
+    p.add_argument("--start-timeout", type=positive_int, default=60, metavar="SECONDS",
                    help="how long the loopback cluster's servers may take to start (default 60)")
-    p.set_defaults(run=_verify)
+    p.set_defaults(run=verify_command)
 
     p = sub.add_parser("demo", help="optimize a built-in example graph and show the diff")
     p.add_argument("--out", metavar="DIR", help="keep the example's data, before.meta, after.meta, report.html "
                    "and report.json in DIR")
     p.add_argument("--json", action="store_true", help="print the diff as JSON instead of text")
-    p.add_argument("--verify", type=_positive, metavar="STEPS", help="also run both graphs STEPS steps and compare")
+    p.add_argument("--verify", type=positive_int, metavar="STEPS", help="also run both graphs STEPS steps and compare")
+    p.add_argument("--train", nargs="?", const=3.0, type=float, metavar="SECONDS", help="also train the DLRM-like "
+                   "example flag off and on, on the CPU and on an emulated accelerator: steps/s, losses, verdict")
     _layout_flags(p)
-    p.set_defaults(run=_demo)
+    p.set_defaults(run=demo_command)
     return parser
 
 
@@ -148,7 +151,7 @@ def _selection_flags(p: argparse.ArgumentParser) -> None:
 def _scale_out_flags(p: argparse.ArgumentParser, more: str = "") -> None:
     p.add_argument("--input-job", metavar="JOB", help="place the prefetch side on the tasks of JOB "
                    f"(/job:JOB/task:i; docs/scale-out.md){more}")
-    p.add_argument("--input-tasks", type=_positive, default=1, metavar="N", help="tasks of --input-job (default 1)")
+    p.add_argument("--input-tasks", type=positive_int, default=1, metavar="N", help="tasks of --input-job (default 1)")
     p.add_argument("--input-mode", choices=("central", "sharded"), default="central",
                    help="central: the trainer reads, the tasks compute; sharded: task i reads shard i")
     p.add_argument("--tfdata-service", metavar="grpc://HOST:PORT",
@@ -159,7 +162,7 @@ def _scale_out_flags(p: argparse.ArgumentParser, more: str = "") -> None:
 def _layout_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layout", choices=("builtin", "graphviz", "auto"), default="builtin",
                    help="how the drawing is laid out: built-in (default), Graphviz dot, or dot when installed")
-    p.add_argument("--max-boxes", type=_positive, default=80, help="boxes in the drawing before scopes collapse")
+    p.add_argument("--max-boxes", type=positive_int, default=80, help="boxes in the drawing before scopes collapse")
 
 
 if __name__ == "__main__":

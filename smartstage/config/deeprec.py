@@ -181,7 +181,7 @@ def deeprec_gpu_flag(optimizer_options) -> bool:
     return optimizer_options.do_smart_stage_gpu or optimizer_options.stage_subgraph_on_cpu
 
 
-def _is_deeprec_config(config) -> bool:
+def is_deeprec_config(config) -> bool:
     return getattr(getattr(config, "DESCRIPTOR", None), "full_name", "") == _DEEPREC_PACKAGE + ".ConfigProto"
 
 

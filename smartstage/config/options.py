@@ -36,7 +36,7 @@ from tensorflow.core.protobuf import config_pb2
 
 from smartstage.config.error_codes import OUT_OF_RANGE, error_codes
 from smartstage.errors import ConfigError
-from smartstage.config.deeprec import _is_deeprec_config, deeprec_gpu_flag, deeprec_smart_stage_options
+from smartstage.config.deeprec import is_deeprec_config, deeprec_gpu_flag, deeprec_smart_stage_options
 
 OPTIMIZER_NAME = "SmartStage"
 
@@ -161,7 +161,7 @@ def options_from_config(config=None, **overrides: Any) -> SmartStageOptions:
     options = SmartStageOptions()
     if config is None:
         pass
-    elif _is_deeprec_config(config):
+    elif is_deeprec_config(config):
         oo = config.graph_options.optimizer_options
         gpu = deeprec_gpu_flag(oo)  # also stage_subgraph_on_cpu; logs DeepRec options not applied
         on = oo.do_smart_stage or gpu
@@ -272,7 +272,7 @@ def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = F
         config = config_pb2.ConfigProto()
     if auto_stage is True:
         auto_stage = AutoStageOptions()
-    if _is_deeprec_config(config):
+    if is_deeprec_config(config):
         if input_job or tfdata_service:
             which = "input_job" if input_job else "tfdata_service"
             raise ConfigError(f"{which} has no DeepRec spelling: use a stock tf.compat.v1.ConfigProto "
@@ -328,7 +328,7 @@ def to_session_config(config=None) -> config_pb2.ConfigProto:
     if config is None:
         return config_pb2.ConfigProto()
     stock = config_pb2.ConfigProto()
-    if _is_deeprec_config(config):
+    if is_deeprec_config(config):
         stock.ParseFromString(config.SerializeToString())
         stock.DiscardUnknownFields()
         return stock

@@ -39,7 +39,7 @@ def parse_tensor_name(name: str) -> TensorName:
     """
     if not name:
         raise GraphError("an empty tensor name; expected 'node', 'node:port' or '^node'")
-    return _parse(name)
+    return parse_input(name)
 
 
 def tensor_name(node: str, port: int) -> str:
@@ -62,17 +62,17 @@ class Fanout(NamedTuple):
     port: int
 
 
-_new = tuple.__new__  # builds NamedTuples without their Python-level constructor: graphs have 10^6 edges
+new_tuple = tuple.__new__  # builds NamedTuples without their Python-level constructor: graphs have 10^6 edges
 
 
-def _parse(s: str) -> TensorName:
+def parse_input(s: str) -> TensorName:
     if s[0] == "^":
-        return _new(TensorName, (s[1:], CONTROL_PORT))
+        return new_tuple(TensorName, (s[1:], CONTROL_PORT))
     if ":" in s:
         node, _, port = s.rpartition(":")
         if port.isdigit():
-            return _new(TensorName, (node, int(port)))
-    return _new(TensorName, (s, 0))
+            return new_tuple(TensorName, (node, int(port)))
+    return new_tuple(TensorName, (s, 0))
 
 
 def input_source(s: str) -> str:

@@ -12,7 +12,6 @@ from typing import NamedTuple
 from tensorflow.core.framework import node_def_pb2, op_def_pb2, types_pb2
 
 
-
 @functools.lru_cache(maxsize=None)
 def op_def(op_type: str) -> op_def_pb2.OpDef | None:
     """The registered OpDef of an op type, or None for op types this TensorFlow does not know."""
@@ -94,7 +93,7 @@ def output_dtypes(node: node_def_pb2.NodeDef) -> list[int] | None:
                     return None
             types = [dtype] * count
         if arg.is_ref:
-            types = [t + 100 if t < 100 else t for t in types]
+            types = [t + REF_DTYPE_OFFSET if t < REF_DTYPE_OFFSET else t for t in types]
         result.extend(types)
     return result
 
@@ -103,6 +102,21 @@ def is_stateful_op(op_type: str) -> bool | None:
     """Whether TensorFlow registers `op_type` as stateful; None for unknown op types."""
     od = op_def(op_type)
     return None if od is None else od.is_stateful
+
+
+# A DataType above this is the ref type of (value - 100): DT_FLOAT_REF = 101 (legacy variables' outputs).
+REF_DTYPE_OFFSET = 100
+# Tensors of these types cannot be fetched as values and fed back (handles, datasets): they never cross a cut.
+UNFEEDABLE_DTYPES = frozenset({types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT})
+
+
+def is_ref_dtype(dtype: int | None) -> bool:
+    """Whether a DataType enum is a ref type (a legacy variable's output); None (unknown) is not.
+
+        before:  is_ref_dtype(types_pb2.DT_FLOAT_REF), is_ref_dtype(types_pb2.DT_FLOAT)
+        after:   True, False
+    """
+    return dtype is not None and dtype > REF_DTYPE_OFFSET
 
 
 _DTYPE_NAMES = {value: name[3:].lower() for name, value in types_pb2.DataType.items()}

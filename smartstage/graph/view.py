@@ -16,7 +16,8 @@ from typing import Container, Iterable, Iterator, Sequence
 from tensorflow.core.framework import graph_pb2, node_def_pb2
 
 from smartstage.errors import GraphError
-from smartstage.graph.names import CONTROL_PORT, Fanout, TensorName, _new, _parse, input_source, parse_tensor_name
+from smartstage.graph.names import (CONTROL_PORT, Fanout, TensorName, input_source, new_tuple, parse_input,
+                                    parse_tensor_name)
 from smartstage.graph.op_types import output_dtypes
 
 _NEXT_ITERATION_OPS = ("NextIteration", "RefNextIteration")
@@ -165,7 +166,7 @@ class GraphView:
         """All inputs of `name` in NodeDef order: data inputs, then control inputs."""
         parsed = self._inputs.get(name)
         if parsed is None:
-            parsed = self._inputs[name] = [_parse(s) for s in self.raw_inputs(name)]
+            parsed = self._inputs[name] = [parse_input(s) for s in self.raw_inputs(name)]
         return parsed
 
     def data_inputs(self, name: str) -> list[TensorName]:
@@ -191,9 +192,9 @@ class GraphView:
             for index, (src, port) in enumerate(inputs(consumer)):
                 bucket = fanouts.get(src)
                 if bucket is None:
-                    fanouts[src] = [_new(Fanout, (consumer, index, port))]
+                    fanouts[src] = [new_tuple(Fanout, (consumer, index, port))]
                 else:
-                    bucket.append(_new(Fanout, (consumer, index, port)))
+                    bucket.append(new_tuple(Fanout, (consumer, index, port)))
         self._fanouts = fanouts
 
     def consumers(self, name: str) -> list[str]:

@@ -78,12 +78,12 @@ def explain(graph, node: str, *, targets=None, feeds=None, config=None, result=N
     from smartstage.config.options import enable_smart_stage
     from smartstage.optimizer import optimize
 
-    from smartstage.optimizer import _check_ports  # the port check optimize(targets=) makes, word for word
+    from smartstage.optimizer import check_ports  # the port check optimize(targets=) makes, word for word
 
     loaded = load_graph(graph)
     view = GraphView(loaded.graph_def)
     name = _node_name(view, node)
-    _check_ports(view, [node], "explain NODEs")  # "loss:7" of a one-output node: TargetError, as --target
+    check_ports(view, [node], "explain NODEs")  # "loss:7" of a one-output node: TargetError, as --target
     if result is None:
         result = optimize(loaded.meta_graph_def if loaded.meta_graph_def is not None else loaded.graph_def,
                           config if config is not None else enable_smart_stage(), targets=targets, feeds=feeds)

@@ -28,7 +28,8 @@ from tensorflow.core.framework import graph_pb2, node_def_pb2, types_pb2
 
 from smartstage.graph.edits import EditLog, apply_to_graph_def
 from smartstage.graph.names import parse_tensor_name
-from smartstage.graph.op_types import ITERATOR_READS, ORDER_FREE_STATEFUL_OPS, TABLE_READ_OPS, is_stateful_op
+from smartstage.graph.heads import INPUT_TASKS, close_head
+from smartstage.graph.op_types import ITERATOR_READS, UNFEEDABLE_DTYPES, is_ref_dtype, is_stateful_op
 from smartstage.graph.stages import FIFO, StageBoundary
 from smartstage.graph.view import GraphView
 from smartstage.passes.gpu.devices import stage_task
@@ -43,13 +44,9 @@ ATTR_CUT = "_smartstage_input_cut"
 ATTR_TIMEOUT = "_smartstage_input_timeout_millis"
 ATTR_LANES = "_smartstage_input_lanes_per_task"
 
-# What the body may run on any task: the order-free stateful ops, but table lookups, whose tables live
-# on the trainer (a lookup from another task would cross the network for every batch).
-_BODY_STATEFUL = ORDER_FREE_STATEFUL_OPS - TABLE_READ_OPS
 _ITERATOR_OPS = {"IteratorV2", "Iterator"}
 _SOURCE_DATASETS = {"TensorSliceDataset", "TensorDataset", "TextLineDataset", "TFRecordDataset",
                     "FixedLengthRecordDatasetV2", "FixedLengthRecordDataset", "RangeDataset"}
-_UNFEEDABLE = {types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT}
 
 
 @dataclass
@@ -129,27 +126,21 @@ class InputTasks:
 
 
 def _head_of(view: GraphView, side: set[str]) -> set[str]:
-    """The nodes of `side` that stay on the trainer: stateful ones (but _BODY_STATEFUL), readers of a
-    resource or ref, colocated with a node outside the body, and everything upstream of or tied to them."""
+    """The nodes of `side` that stay on the trainer (graph/heads.py's INPUT_TASKS rule: stateful ones but the
+    order-free, readers of a resource or ref), those colocated with a node outside the body, and everything
+    upstream of or tied to them."""
     head = set()
     for name in side:
         node = view.node(name)
-        stateful = is_stateful_op(node.op)
-        reads_state = any(view.dtype_of(t) in (types_pb2.DT_RESOURCE,) or (view.dtype_of(t) or 0) > 100
+        reads_state = any(view.dtype_of(t) == types_pb2.DT_RESOURCE or is_ref_dtype(view.dtype_of(t))
                           for t in view.data_inputs(name))
         colocated = any(c.startswith(b"loc:@") and c[5:].decode() not in side
                         for c in node.attr["_class"].list.s) if "_class" in node.attr else False
-        if (stateful is None or (stateful and node.op not in _BODY_STATEFUL)) or reads_state or colocated:
+        if INPUT_TASKS.is_head_op(node.op, is_stateful_op(node.op), reads_state=reads_state) or colocated:
             head.add(name)
-    while True:
-        grown = set(view.ancestors(head)) & side | head
-        for name in side - grown:
-            if any(t.node in grown and (t.is_control or view.dtype_of(t) in _UNFEEDABLE or view.dtype_of(t) is None)
-                   for t in view.inputs(name)):
-                grown.add(name)
-        if grown == head:
-            return head
-        head = grown
+    return close_head(side, head, lambda nodes: set(view.ancestors(nodes)) | nodes, lambda name, grown: any(
+        t.node in grown and (t.is_control or view.dtype_of(t) in UNFEEDABLE_DTYPES or view.dtype_of(t) is None)
+        for t in view.inputs(name)))
 
 
 def _set_device(log: EditLog, name: str, device: str) -> None:

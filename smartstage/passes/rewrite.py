@@ -24,7 +24,7 @@ from smartstage.errors import GraphError
 from smartstage.graph.edits import EditLog, dedupe_controls
 from smartstage.graph.names import CONTROL_PORT, input_string, parse_tensor_name
 from smartstage.graph.view import GraphView
-from smartstage.graph.op_types import dtype_name
+from smartstage.graph.op_types import REF_DTYPE_OFFSET, dtype_name, is_ref_dtype
 from smartstage.graph.stages import FIFO
 from smartstage.passes.partition import StagePartition
 
@@ -44,7 +44,7 @@ def boundary_dtypes(view: GraphView, partition: StagePartition) -> list[int]:
                 "'dtype'/'T'/'dtypes' attribute); mark it as a target (smartstage.mark_target_node) so it stays on "
                 "the main side, or load the op library that defines it"
             )
-        dtypes.append(dtype - 100 if dtype > 100 else dtype)  # a ref crosses as a value
+        dtypes.append(dtype - REF_DTYPE_OFFSET if is_ref_dtype(dtype) else dtype)  # a ref crosses as a value
     return dtypes
 
 

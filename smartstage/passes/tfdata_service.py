@@ -39,7 +39,7 @@ from tensorflow.core.framework import function_pb2, graph_pb2, node_def_pb2, typ
 from smartstage.graph.edits import EditLog, apply_to_graph_def
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.op_types import (FEED_OPS, HANDLE_OPS, ITERATOR_READS, QUEUE_READS, READER_READS, TABLE_READ_OPS,
-                                       is_stateful_op)
+                                       is_ref_dtype, is_stateful_op)
 from smartstage.graph.stages import FIFO, StageBoundary
 from smartstage.graph.view import GraphView
 from smartstage.passes.gpu.prefetch_sides import prefetch_sides
@@ -146,7 +146,7 @@ def _unmovable(view: GraphView, name: str) -> str:
         return "runs Python (py_func), which a service worker cannot call"
     if op in FEED_OPS:
         return "is fed per step"
-    if any(view.dtype_of(t) == types_pb2.DT_RESOURCE or (view.dtype_of(t) or 0) > 100 for t in view.data_inputs(name)):
+    if any(view.dtype_of(t) == types_pb2.DT_RESOURCE or is_ref_dtype(view.dtype_of(t)) for t in view.data_inputs(name)):
         return "reads a resource or variable"
     stateful = is_stateful_op(op)
     if stateful is None or stateful:

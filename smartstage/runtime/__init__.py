@@ -8,7 +8,8 @@
 See docs/runtime.md.
 """
 
-from smartstage.runtime.tuning.autotune import AUTOTUNE, PipelineStats, TuningDecision
+from smartstage.runtime.stage.settings import AUTOTUNE
+from smartstage.runtime.tuning.autotune import PipelineStats, TuningDecision
 from smartstage.runtime.hooks.prefetch_hook import PrefetchHook, make_prefetch_hook
 from smartstage.runtime.stage.metadata import (
     STAGES_COLLECTION,

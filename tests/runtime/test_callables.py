@@ -63,7 +63,7 @@ def test_a_lane_is_warmed_when_it_first_becomes_active_and_not_before(graph):
 
         wait_until(lambda: (producer.lanes.put_occupancy.name,) in made(), "the one-lane put's callable")
         assert not any(warmed(i) for i in range(4))
-        producer.tuner.tune_threads = producer.tuner.tune_capacity = producer.tuner.tune_pool = False  # only us
+        producer.tuner.tune_lanes = producer.tuner.tune_capacity = producer.tuner.tune_pool = False  # only us
         producer.apply(3, producer.tuner.capacity)
         got = [int(sess.run(y)) for _ in range(300)]
         assert got == [3 * i for i in range(10, 310)]

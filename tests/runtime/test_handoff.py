@@ -15,7 +15,8 @@ import tensorflow as tf
 
 import smartstage.runtime as ss
 from smartstage.runtime.lanes.handoff import body_to_copy
-from smartstage.runtime.lanes.lanes import lane_graph, split_prefetch_side
+from smartstage.runtime.lanes.lanes import lane_graph
+from smartstage.runtime.lanes.split import split_prefetch_side
 from smartstage.runtime.stage.metadata import stage_defs
 from tests.runtime.helpers import drain, range_input, wait_until
 

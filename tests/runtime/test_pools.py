@@ -18,7 +18,9 @@ from tensorflow.core.protobuf import config_pb2
 import smartstage as ssp
 import smartstage.runtime as ss
 from smartstage.runtime.tuning import autotune
-from smartstage.runtime.tuning.autotune import AUTOTUNE, POOL_PAIRS, Tuner, _Window
+from smartstage.runtime.stage.settings import AUTOTUNE, StageSettings
+from smartstage.runtime.tuning.autotune import POOL_PAIRS, Tuner
+from smartstage.runtime.tuning.meter import Window
 from smartstage.runtime.stage.metadata import stage_defs
 from smartstage.runtime.tuning.pools import prefetch_pool_threads, tunable_pool, with_prefetch_pool
 from tests.runtime.helpers import bounded, range_input
@@ -45,8 +47,8 @@ def test_pools_the_user_chose_and_remote_sessions_are_left_alone(config, target)
     assert with_prefetch_pool(config, target) is config
 
 
-def _window() -> _Window:
-    return _Window(started=0.0, batches=30, empty=0)
+def _window() -> Window:
+    return Window(started=0.0, batches=30, empty=0)
 
 
 def _settle_lanes(tuner: Tuner) -> None:
@@ -69,7 +71,7 @@ def test_the_own_pool_is_kept_when_it_wins():
     tuner = Tuner("s", 1, 2, True, False, max_lanes=4, max_buffered_bytes=10**9, tune_pool=True)
     _settle_lanes(tuner)
     assert _pool_trial(tuner, 60.0, 50.0) == [True, False] * POOL_PAIRS   # alternating, own first
-    assert tuner.settled and tuner.own_pool and tuner.threads == 1
+    assert tuner.settled and tuner.own_pool and tuner.lanes == 1
     decision = tuner.decision()
     assert decision.own_pool and [p for p, _ in decision.pool_tried] == [True, False] * POOL_PAIRS
     assert "own pool" in decision.reason and "1.20x" in decision.reason
@@ -90,7 +92,7 @@ def test_explicit_lanes_and_capacity_still_try_the_pool():
     assert tuner.observe(_window(), 50.0, 100) and tuner.own_pool
     tuner.observe(_window(), 50.0, 100)
     _pool_trial(tuner, 70.0, 50.0)
-    assert tuner.settled and tuner.own_pool and (tuner.threads, tuner.capacity) == (3, 5)
+    assert tuner.settled and tuner.own_pool and (tuner.lanes, tuner.capacity) == (3, 5)
 
 
 def test_a_reopened_search_tries_the_pool_again():
@@ -98,7 +100,7 @@ def test_a_reopened_search_tries_the_pool_again():
     _settle_lanes(tuner)
     _pool_trial(tuner, 60.0, 50.0)
     assert tuner.settled and tuner.own_pool
-    empty = _Window(started=0.0, batches=30, empty=30)
+    empty = Window(started=0.0, batches=30, empty=30)
     tuner.observe(empty, 20.0, 100)                            # the window right after settling is skipped
     for _ in range(3):                                         # the input became the bound at a new pace
         tuner.observe(empty, 20.0, 100)
@@ -149,7 +151,8 @@ def test_stage_pools(stage, config, ordered, remote, expected):
     from smartstage.protos.stage_pb2 import StageDef
     from smartstage.runtime.tuning.pools import stage_pools
     proto = config_pb2.ConfigProto(session_inter_op_thread_pool=[config_pb2.ThreadPoolOptionProto()] * config)
-    options, tried, why = stage_pools(StageDef(name="s", **stage), proto, ordered, remote)
+    settings = StageSettings.from_def(StageDef(name="s", unordered=not ordered, **stage))
+    options, tried, why = stage_pools(settings, proto, remote)
     own, expected_tried, expected_why = expected
     assert options[False] == config_pb2.RunOptions()
     assert (options[True].inter_op_thread_pool if True in options else None) == own
@@ -162,8 +165,9 @@ def test_a_missing_pool_index_is_one_error_naming_the_fix():
     from smartstage.runtime.tuning.pools import check_stage_pool
     stage = StageDef(name="s", use_stage_subgraph_thread_pool=True, stage_subgraph_thread_pool_id=1)
     with pytest.raises(StageRuntimeError, match=r"stage 's'.*pool 1.*has 1 session_inter_op_thread_pool"):
-        check_stage_pool(stage, config_pb2.ConfigProto(session_inter_op_thread_pool=[config_pb2.ThreadPoolOptionProto()]))
-    check_stage_pool(stage, with_prefetch_pool(None))   # two pools: fine
+        check_stage_pool(StageSettings.from_def(stage),
+                         config_pb2.ConfigProto(session_inter_op_thread_pool=[config_pb2.ThreadPoolOptionProto()]))
+    check_stage_pool(StageSettings.from_def(stage), with_prefetch_pool(None))   # two pools: fine
 
 
 def test_autotune_tries_no_more_lanes_than_a_pinned_pool_has_threads(graph):
@@ -176,9 +180,9 @@ def test_autotune_tries_no_more_lanes_than_a_pinned_pool_has_threads(graph):
     config = config_pb2.ConfigProto(session_inter_op_thread_pool=[
         config_pb2.ThreadPoolOptionProto(num_threads=2), config_pb2.ThreadPoolOptionProto(num_threads=1)])
     (stage,) = stage_defs(graph)
-    assert explicit_pool_threads(stage, config) == 1
+    assert explicit_pool_threads(StageSettings.from_def(stage), config) == 1
     with tf.compat.v1.Session(graph=graph, config=config) as sess, ss.start_prefetch_threads(sess) as threads:
         got = [int(sess.run(y, options=bounded())) for _ in range(150)]
         tuner = threads._stages[0].tuner
     assert got == list(range(150))
-    assert tuner.max_lanes == 1 and not tuner.tune_threads and tuner.threads == 1
+    assert tuner.max_lanes == 1 and not tuner.tune_lanes and tuner.lanes == 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 from tensorflow.core.framework import node_def_pb2, types_pb2
 
 from smartstage.graph.view import GraphView
-from smartstage.graph.op_types import FUNCTIONAL_OPS, op_def
+from smartstage.graph.op_types import FUNCTIONAL_OPS, is_ref_dtype, op_def
 from smartstage.passes.gpu.kernels import attr_or_default
 
 # Ops whose resource inputs the placer does not colocate with the resource (functions run anywhere).
@@ -87,7 +87,7 @@ def _handle_ports(view: GraphView, name: str) -> frozenset[int]:
     if not _may_output_handle(node):
         return frozenset()
     types = view.output_dtypes(name) or []
-    return frozenset(i for i, d in enumerate(types) if d in _HANDLE_TYPES or d > 100)
+    return frozenset(i for i, d in enumerate(types) if d in _HANDLE_TYPES or is_ref_dtype(d))
 
 
 _HANDLE_TYPES = frozenset({types_pb2.DT_RESOURCE, types_pb2.DT_RESOURCE_REF})

@@ -41,12 +41,12 @@ from __future__ import annotations
 
 import logging
 
-from tensorflow.core.framework import graph_pb2, node_def_pb2, types_pb2
+from tensorflow.core.framework import graph_pb2, node_def_pb2
 
 from smartstage.graph.edits import apply_to_graph_def, dedupe_controls
 from smartstage.graph.view import GraphView
 from smartstage.graph.names import input_string, parse_tensor_name
-from smartstage.graph.op_types import is_stateful_op, op_def
+from smartstage.graph.op_types import UNFEEDABLE_DTYPES, is_ref_dtype, is_stateful_op, op_def
 from smartstage.graph.stages import StageBoundary
 from smartstage.passes.gpu.buffer import (
     buffer_problem,
@@ -307,7 +307,7 @@ class _Planner:
                 return f"it reads the stage op {t.node!r}"
         types = self.view.output_dtypes(node.name) or []
         in_types = [self.view.dtype_of(t) for t in self.view.data_inputs(node.name)]
-        if any(d is None or d > 100 or d in (types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT) for d in types + in_types):
+        if any(d is None or is_ref_dtype(d) or d in UNFEEDABLE_DTYPES for d in types + in_types):
             return "it handles refs, resources or variants"
         if not has_kernel(node, CPU):
             return f"{node.op} has no CPU kernel for its types"

@@ -30,7 +30,8 @@ from dataclasses import dataclass, replace
 import tensorflow as tf
 
 from smartstage.protos.stage_pb2 import StageDef
-from smartstage.runtime.tuning.autotune import AUTOTUNE, DEFAULT_MAX_BUFFERED_BYTES, PipelineStats
+from smartstage.runtime.stage.settings import AUTOTUNE, StageSettings
+from smartstage.runtime.tuning.autotune import PipelineStats
 from smartstage.runtime.stage.metadata import stage_defs
 from smartstage.runtime.producers.prefetch_threads import latest_prefetch_threads
 
@@ -241,13 +242,14 @@ class PipelineHook(tf.compat.v1.train.SessionRunHook):
         waits, sizes = w.waits.get(d.name, []), w.sizes.get(d.name, [])
         wait = sum(waits) / len(waits) if waits else None
         occupancy = sum(sizes) / len(sizes) if sizes else None
-        capacity = stats.capacity if stats is not None else int(d.capacity)
+        settings = StageSettings.from_def(d)
+        capacity = stats.capacity if stats is not None else settings.capacity
+        if stats is None and settings.tune_capacity:
+            capacity = AUTOTUNE  # no producer yet: a tuned capacity is not known (no fill fraction)
         wait_fraction = None if wait is None else wait / max(step_seconds, 1e-9)
         occupancy_fraction = None if occupancy is None or capacity <= 0 else occupancy / capacity
-        pool_tuned = d.stage_subgraph_thread_pool_id == AUTOTUNE and (stats is None or stats.decision.pool_tried
-                                                                     or not stats.decision.settled)
-        autotuned = tuple(name for name, value in (("lanes", d.num_threads), ("capacity", d.capacity),
-                                                   ("pool", AUTOTUNE if pool_tuned else 0)) if value == AUTOTUNE)
+        pool_tried = stats is None or bool(stats.decision.pool_tried) or not stats.decision.settled
+        autotuned = tuple(name for name in settings.tuned if name != "pool" or pool_tried)
         report = PipelineReport(
             stage=d.name, step=self._step, steps=w.steps, steps_per_second=steps_per_second,
             step_ms=step_seconds * 1e3, consumer_wait_ms=None if wait is None else wait * 1e3,
@@ -255,10 +257,10 @@ class PipelineHook(tf.compat.v1.train.SessionRunHook):
             producer_ms=0.0 if stats is None else (stats.head_seconds + stats.body_seconds) * 1e3,
             producer_wait_ms=0.0 if stats is None else stats.producer_wait_seconds * 1e3,
             batches_per_second=0.0 if stats is None else stats.batches_per_second,
-            lanes=stats.num_threads if stats is not None else max(d.num_threads, 1),
-            ordered=not d.unordered, own_pool=stats.own_pool if stats is not None else d.use_stage_subgraph_thread_pool,
+            lanes=stats.num_threads if stats is not None else settings.lanes,
+            ordered=settings.ordered, own_pool=stats.own_pool if stats is not None else d.use_stage_subgraph_thread_pool,
             autotuned=autotuned,
-            max_buffered_bytes=d.max_buffered_bytes or DEFAULT_MAX_BUFFERED_BYTES,
+            max_buffered_bytes=settings.max_buffered_bytes,
             verdict=classify(wait_fraction, occupancy_fraction), line="", stats=stats)
         return _with_line(report)
 

@@ -30,102 +30,16 @@ from dataclasses import dataclass
 import tensorflow as tf
 from tensorflow.python.ops import gen_data_flow_ops
 
-from smartstage.graph.op_types import HANDLE_OPS, ORDER_FREE_STATEFUL_OPS
-from smartstage.protos.stage_pb2 import StageDef
-from smartstage.runtime.tuning.autotune import AUTOTUNE
+from smartstage.graph.op_types import UNFEEDABLE_DTYPES
+from smartstage.runtime.stage.settings import StageSettings
 from smartstage.runtime.lanes.handoff import body_to_copy, build_hand_off, copy_refusal
+from smartstage.runtime.lanes.split import PrefetchSplit, split_prefetch_side
 
 logger = logging.getLogger(__name__)
 
 LANES_SCOPE = "lanes"
 REMOTE_LANES_SCOPE = "remote_lanes"  # lanes on input tasks (runtime/lanes/remote.py)
 LANE_SCOPES = (LANES_SCOPE, REMOTE_LANES_SCOPE)
-
-_UNFEEDABLE = {tf.resource, tf.variant}
-
-
-@dataclass(frozen=True)
-class PrefetchSplit:
-    """The head/body split of one stage's prefetch side (analysis only; nothing built).
-
-    head_ops: names of the ops that run once per batch, in order (the head run).
-    cut: tensors the head computes and the body reads (handed to a lane in the graph, or fetched and fed).
-    head_targets: head ops the put waits for through a control edge only (run, through a NoOp that
-        waits for them, by the head).
-    """
-
-    head_ops: frozenset[str]
-    cut: tuple[tf.Tensor, ...]
-    head_targets: tuple[tf.Operation, ...]
-
-    @property
-    def body_has_work(self) -> bool:
-        return bool(self.cut) or not self.head_ops
-
-
-def _is_handle_op(op: tf.Operation) -> bool:
-    if op.type in HANDLE_OPS:
-        return True
-    return (not op.inputs and bool(op.outputs)
-            and all(t.dtype == tf.resource for t in op.outputs) and not op.type.startswith("Anonymous"))
-
-
-def _is_head_op(op: tf.Operation) -> bool:
-    """Whether `op` must run once per batch, in order (its result depends on earlier runs)."""
-    if op.type in ORDER_FREE_STATEFUL_OPS or _is_handle_op(op):
-        return False
-    try:
-        return bool(op.op_def.is_stateful)
-    except (AttributeError, ValueError):  # an op without a registered OpDef: assume the worst
-        return True
-
-
-def _crossable(tensor: tf.Tensor) -> bool:
-    """Whether the head can hand `tensor` to the body (fetch it as a value, then feed it)."""
-    graph = tensor.graph
-    return (tensor.dtype.base_dtype not in _UNFEEDABLE and graph.is_fetchable(tensor.op)
-            and graph.is_feedable(tensor))
-
-
-def _ancestors(ops: list[tf.Operation]) -> set[tf.Operation]:
-    seen: set[tf.Operation] = set()
-    todo = list(ops)
-    while todo:
-        op = todo.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        todo.extend(t.op for t in op.inputs)
-        todo.extend(op.control_inputs)
-    return seen
-
-
-def split_prefetch_side(put: tf.Operation) -> PrefetchSplit:
-    """Splits the prefetch side of `put` (a QueueEnqueueV2) into its head and its body.
-
-        before:  GetNext -> decode -> hash -> put
-        after:   head {GetNext}, cut [GetNext:0], body {decode, hash}
-    """
-    side = _ancestors([put]) - {put}
-    head = {op for op in side if _is_head_op(op)}
-    changed = True
-    while changed:  # fixpoint: upstream of the head, control-tied to it, or fed an unfeedable tensor
-        changed = False
-        grown = {a for a in _ancestors(list(head)) if not _is_handle_op(a)}
-        for op in side - grown:
-            if any(c in grown for c in op.control_inputs) or any(
-                    t.op in grown and not _crossable(t) for t in op.inputs):
-                grown.add(op)
-        if grown != head:
-            head, changed = grown, True
-    cut: dict[str, tf.Tensor] = {}
-    for op in list(side - head) + [put]:
-        for tensor in op.inputs:
-            if tensor.op in head:
-                cut.setdefault(tensor.name, tensor)
-    targets = tuple(c for c in put.control_inputs if c in head)
-    return PrefetchSplit(frozenset(op.name for op in head), tuple(cut.values()), targets)
-
 
 @dataclass(frozen=True)
 class Lane:
@@ -154,12 +68,12 @@ class LaneGraph:
     put_inputs: tuple[str, ...]
 
 
-def _batch_bytes(components: list[tf.Tensor]) -> tf.Tensor:
+def bytes_of_batch(components: list[tf.Tensor]) -> tf.Tensor:
     parts = []
     for tensor in components:
         if tensor.dtype == tf.string:
             parts.append(tf.reduce_sum(tf.cast(tf.strings.length(tensor), tf.int64)) + 8 * tf.size(tensor, tf.int64))
-        elif tensor.dtype in _UNFEEDABLE:
+        elif tensor.dtype.as_datatype_enum in UNFEEDABLE_DTYPES:
             continue
         else:
             parts.append(tf.size(tensor, out_type=tf.int64) * tensor.dtype.size)
@@ -239,7 +153,7 @@ def _lane(index: int, put: tf.Operation, split: PrefetchSplit, body: list[tf.Ope
     with tf.compat.v1.name_scope(f"lane_{index}") as scope:
         hand = build_hand_off(put, body, split.cut, waits)
         with tf.compat.v1.name_scope("bytes"):  # tf.size's "Size" would take the lane's "size" (names ignore case)
-            total = _batch_bytes(hand.values)
+            total = bytes_of_batch(hand.values)
         batch_bytes = tf.identity(total, name="batch_bytes")
     lane = build_lane(index, buffer, hand.values, hand.waits, scope)
     return dataclasses.replace(lane, hand_in=hand.hand_in, input_size=hand.size, input_discard=hand.discard,
@@ -275,7 +189,7 @@ def lane_graph(graph: tf.Graph, stage_name: str, put: tf.Operation, buffer: tf.T
                 body = None
             lanes = [_lane(index, put, split, body, buffer, components, waits) for index in range(count)]
             targets = tf.group(*split.head_targets, name="head_targets") if split.head_targets else None
-            batch_bytes = tf.identity(_batch_bytes(components), name="batch_bytes")
+            batch_bytes = tf.identity(bytes_of_batch(components), name="batch_bytes")
             with tf.control_dependencies([put]):
                 put_occupancy = gen_data_flow_ops.queue_size_v2(buffer, name="put_occupancy")
     logger.debug("stage %s: built %d lanes under %s (head %d ops, %d cut tensors)",
@@ -299,20 +213,24 @@ def autotune_max_lanes() -> int:
     return max(2, min(8, 2 * (os.cpu_count() or 1)))
 
 
-def lane_count(stage_def: StageDef) -> int:
-    """How many lanes a stage needs: none when it runs one ordered thread or is unordered."""
-    if stage_def.unordered:
+def lane_count(settings: StageSettings) -> int:
+    """How many lanes a stage needs: none when it runs one ordered thread or is unordered.
+
+        before:  StageSettings(lanes=1, tune_lanes=True, ordered=True, ...)   on a 2-core machine
+        after:   4 (autotune_max_lanes(): the tuner may try up to 4)
+    """
+    if not settings.ordered:
         return 0
-    if stage_def.num_threads == AUTOTUNE:
+    if settings.tune_lanes:
         return autotune_max_lanes()
-    return stage_def.num_threads if stage_def.num_threads > 1 else 0
+    return settings.lanes if settings.lanes > 1 else 0
 
 
 def prepare_lanes(graph: tf.Graph, stages) -> None:
     """Builds the lane ops of every stage that needs them, while the graph can still grow
     (the prefetch hook's begin(), before MonitoredTrainingSession finalizes the graph)."""
     for stage_def in stages:
-        count = lane_count(stage_def)
+        count = lane_count(StageSettings.from_def(stage_def))
         if count and not graph.finalized:
             put = graph.get_operation_by_name(stage_def.put_node)
             lane_graph(graph, stage_def.name, put, put.inputs[0], count)

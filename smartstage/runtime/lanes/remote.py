@@ -25,8 +25,9 @@ from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.ops import gen_data_flow_ops
 
 from smartstage.errors import StageRuntimeError
-from smartstage.runtime.lanes.lanes import (REMOTE_LANES_SCOPE, Lane, LaneGraph, PrefetchSplit, _batch_bytes, build_lane,
-                                      prepare_lanes)
+from smartstage.runtime.lanes.lanes import (REMOTE_LANES_SCOPE, Lane, LaneGraph, build_lane, bytes_of_batch,
+                                            prepare_lanes)
+from smartstage.runtime.lanes.split import PrefetchSplit
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ def remote_lane_graph(graph: tf.Graph, plan: RemotePlan, put: tf.Operation, buff
             waits = [_op_on_task(graph, plan, task, c) for c in put.control_inputs if c not in head_targets_ops]
             lanes.append(build_lane(index, buffer, values, waits))
         targets = tf.group(*head_targets_ops, name="head_targets") if head_targets_ops else None
-        batch_bytes = tf.identity(_batch_bytes(components), name="batch_bytes")
+        batch_bytes = tf.identity(bytes_of_batch(components), name="batch_bytes")
         with tf.control_dependencies([put]):
             put_occupancy = gen_data_flow_ops.queue_size_v2(buffer, name="put_occupancy")
     logger.info("stage %s: %d lanes on input tasks %s (%s mode)", plan.stage, len(lanes), list(plan.tasks), plan.mode)

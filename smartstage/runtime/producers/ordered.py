@@ -3,7 +3,7 @@
     before:  k threads each run the put        -> batch order depends on who finishes first
     after:   ticket n: head (serial) -> body on a lane -> merger moves n after n-1   -> input order
 
-With one active lane it runs today's single put per batch (ticket order is then trivial). With k > 1
+With one active lane it runs the plain put once per batch (ticket order is then trivial). With k > 1
 lanes (runtime/lanes/lanes.py) every worker thread, in turn: takes the next ticket and runs the head under
 one lock, runs the body into its own lane queue, and records "ticket n is in lane i". The merger
 moves tickets 0, 1, 2, ... in order into the stage buffer. What each ticket's outcome means:
@@ -12,8 +12,8 @@ moves tickets 0, 1, 2, ... in order into the stage buffer. What each ticket's ou
 - an ignored-type error: the ticket is skipped (logged), the others go on;
 - end of input (closed-type error): every earlier ticket is moved, then the buffer closes;
 - any other error: every earlier ticket is moved, the buffer closes, and the error waits until the
-  step has taken every good batch (PrefetchThreads.defer_error), then arrives as itself; no later
-  ticket is ever moved, and no head runs after the failing one.
+  step has taken every good batch (the host's fail_in_order, PrefetchThreads.defer_error), then arrives
+  as itself; no later ticket is ever moved, and no head runs after the failing one.
 """
 
 from __future__ import annotations
@@ -21,16 +21,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
 
-
-from smartstage.runtime.tuning.autotune import StageMeter, Tuner
+from smartstage.runtime.lanes.lanes import LaneGraph, discard_leftovers
 from smartstage.runtime.producers.callables import ProducerRuns
 from smartstage.runtime.producers.control import wait_below
-from smartstage.runtime.lanes.lanes import LaneGraph, discard_leftovers
-
-if TYPE_CHECKING:
-    from smartstage.runtime.producers.stage_threads import StageThreads
+from smartstage.runtime.producers.host import ProducerHost
 
 logger = logging.getLogger(__name__)
 
@@ -38,14 +33,14 @@ POLL_SECONDS = 0.05        # how often a waiting worker looks at the stop flags
 
 
 class OrderedProducer:
-    """Worker threads and a merger for one stage; `active` lanes produce at a time (1: the plain put)."""
+    """Worker threads and a merger for one stage; `active_lanes` lanes produce at a time (1: the plain put)."""
 
-    def __init__(self, stage: "StageThreads", lanes: "LaneGraph | None", tuner: Tuner, meter: StageMeter):
-        self.stage = stage
-        self.sess = stage.sess
+    def __init__(self, host: ProducerHost, lanes: LaneGraph | None):
+        self.host = host
+        self.sess = host.sess
         self.lanes = lanes
-        self.tuner = tuner
-        self.meter = meter
+        self.tuner = host.tuner
+        self.meter = host.meter
         self.workers = len(lanes.lanes) if lanes is not None else 1
         self._cond = threading.Condition()
         self._head_lock = threading.Lock()
@@ -59,34 +54,34 @@ class OrderedProducer:
         self._warming = 0                   # workers building their executors now (_warm)
         self._ready = [False] * self.workers  # workers whose lane has its executors (_warm "lane")
         self._builds_judged = 0             # callables made before the tuner's current window (runs.builds)
-        self.active = min(tuner.threads, self.workers)
-        self.soft_capacity = tuner.capacity if tuner.tune_capacity else None
+        self.active_lanes = min(self.tuner.lanes, self.workers)
+        self.soft_capacity = self.tuner.capacity if self.tuner.tune_capacity else None
         self.threads: list[threading.Thread] = []
-        self.runs = ProducerRuns(self.sess, enabled=stage.remote is None)  # callables (runtime/producers/callables.py)
+        self.runs = ProducerRuns(self.sess, enabled=host.remote is None)  # callables (runtime/producers/callables.py)
 
     # -- control -----------------------------------------------------------------------------------
     def halted(self) -> bool:
-        return self.stage.halted()
+        return self.host.halted()
 
-    def apply(self, threads: int, capacity: int) -> None:
+    def apply(self, lanes: int, capacity: int) -> None:
         """New settings from the tuner; they take effect at the next ticket (no step waits for them)."""
         with self._cond:
-            self.active = max(1, min(threads, self.workers))
+            self.active_lanes = max(1, min(lanes, self.workers))
             if self.soft_capacity is not None:
                 self.soft_capacity = capacity
             self._cond.notify_all()
 
     def discard_lane_leftovers(self) -> None:
         if self.lanes is not None:
-            discard_leftovers(self.stage.control_run, self.lanes.lanes)
+            discard_leftovers(self.host.control_run, self.lanes.lanes)
 
     def start(self, prime: bool) -> None:
         if prime and not self._prime():
             return
-        names = [f"smartstage-prefetch-{self.stage.name}-{i}" for i in range(self.workers)]
+        names = [f"smartstage-prefetch-{self.host.name}-{i}" for i in range(self.workers)]
         self.threads = [threading.Thread(target=self._work, args=(i,), name=n, daemon=True)
                         for i, n in enumerate(names)]
-        self.threads.append(threading.Thread(target=self._merge, name=f"smartstage-prefetch-{self.stage.name}-merger",
+        self.threads.append(threading.Thread(target=self._merge, name=f"smartstage-prefetch-{self.host.name}-merger",
                                              daemon=True))
         for thread in self.threads:
             thread.start()
@@ -97,7 +92,7 @@ class OrderedProducer:
         self._next_ticket = 1
         outcome = self._run_direct(0)
         if outcome[0] == "error":
-            self.stage.finish(outcome[1], deferred=False)
+            self.host.finish(outcome[1], deferred=False)
             return False
         self._outcomes[0] = outcome
         return True
@@ -113,7 +108,7 @@ class OrderedProducer:
     def _wait_turn(self, index: int) -> bool:
         with self._cond:
             while not (self.halted() or self._head_done
-                       or (index < self.active and self._lane_last[index] < self._merged)):
+                       or (index < self.active_lanes and self._lane_last[index] < self._merged)):
                 self._cond.wait(POLL_SECONDS)
             return not (self.halted() or self._head_done)
 
@@ -125,8 +120,8 @@ class OrderedProducer:
         (on the Wide&Deep port's ~2,000-op body, a lane's three took ~1 s of CPU from the first steps).
         The tuner judges no window in which executors were built, here or on a run's first use (a pool the
         tuner tries): the CPU that takes is not the setting's (_tune)."""
-        lanes, options = self.lanes, self.stage.run_options
-        if lanes is None or self.stage.feed_values:
+        lanes, options = self.lanes, self.host.run_options
+        if lanes is None or self.host.feed_values:
             return
         lane = lanes.lanes[index]
         runs = []
@@ -136,7 +131,7 @@ class OrderedProducer:
             runs.append(([lane.occupancy], options))
             if lane.hand_in is not None:
                 targets = [lanes.head_targets] if lanes.head_targets is not None else []
-                runs += [([lane.hand_in, *targets], options), ([lane.enqueue], self.stage.body_run_options)]
+                runs += [([lane.hand_in, *targets], options), ([lane.enqueue], self.host.body_run_options)]
         with self._cond:
             self._warming += 1
         try:
@@ -150,16 +145,16 @@ class OrderedProducer:
 
     def _lanes_ready(self) -> bool:
         """Whether an active lane has its executors (under _cond): until one has, worker 0 puts directly."""
-        return any(self._ready[:self.active])
+        return any(self._ready[:self.active_lanes])
 
     def _work(self, index: int) -> None:
         if index == 0:
             self._warm(0, {"direct"})
         while self._wait_turn(index):
-            lanes_run = self.lanes is not None and (self.active > 1 or self.stage.remote is not None)
+            lanes_run = self.lanes is not None and (self.active_lanes > 1 or self.host.remote is not None)
             with self._cond:  # worker 0 warms its lane only once another lane can produce meanwhile
                 warm = lanes_run and not self._ready[index] and (index > 0 or self._lanes_ready()
-                                                                 or self.stage.remote is not None)
+                                                                 or self.host.remote is not None)
             if warm:  # before taking a ticket: the other workers go on meanwhile
                 self._warm(index, {"lane"})
                 with self._cond:
@@ -167,21 +162,21 @@ class OrderedProducer:
                 continue
             with self._head_lock:
                 with self._cond:
-                    if self._head_done or index >= self.active or (index > 0 and not self._ready[index]):
+                    if self._head_done or index >= self.active_lanes or (index > 0 and not self._ready[index]):
                         continue
                     ticket = self._next_ticket
                     self._next_ticket += 1
                     # a stage on input tasks always runs its lanes (the body's timeout, the task's name);
                     # one lane, or lanes still building their executors: worker 0 runs the put itself
-                    direct = self.lanes is None or (self.stage.remote is None
-                                                    and (self.active == 1 or not self._ready[index]))
+                    direct = self.lanes is None or (self.host.remote is None
+                                                    and (self.active_lanes == 1 or not self._ready[index]))
                 if direct:
                     self._direct(ticket)
                     continue
                 head = self._run_head(index, ticket)
             if head is not None:
                 self._run_body(index, ticket, *head)
-        logger.debug("prefetch worker %d of stage %s stopped", index, self.stage.name)
+        logger.debug("prefetch worker %d of stage %s stopped", index, self.host.name)
 
     def _direct(self, ticket: int) -> None:
         with self._cond:  # every earlier ticket must be in the buffer before this put
@@ -194,18 +189,18 @@ class OrderedProducer:
         self._record(ticket, self._run_direct(ticket))
 
     def _run_direct(self, ticket: int) -> tuple:
-        stage = self.stage
+        host = self.host
         started = time.monotonic()
         try:
-            feed = stage.feed_dict()
-            fetches = [stage.put] if self.lanes is None else [self.lanes.put_occupancy]
+            feed = host.feed_dict()
+            fetches = [host.put] if self.lanes is None else [self.lanes.put_occupancy]
             measure_bytes = self.lanes is not None and (ticket < 4 or ticket % 16 == 0)
             if measure_bytes:
                 fetches.append(self.lanes.batch_bytes)
-            with stage.in_flight(0):
-                values = self.runs.run(fetches, stage.run_options, feed, rare=measure_bytes)
-            if self.lanes is None and self.soft_capacity is not None and stage.size is not None:
-                values[0] = self.sess.run(stage.size)  # the occupancy the soft cap needs
+            with host.in_flight(0):
+                values = self.runs.run(fetches, host.run_options, feed, rare=measure_bytes)
+            if self.lanes is None and self.soft_capacity is not None and host.size is not None:
+                values[0] = self.sess.run(host.size)  # the occupancy the soft cap needs
         except Exception as error:  # noqa: BLE001  classified by the merger, in ticket order
             return self._classified(ticket, error)
         self.meter.produced(time.monotonic() - started, 0.0)
@@ -215,9 +210,9 @@ class OrderedProducer:
         return ("moved", None if values[0] is None else int(values[0]))
 
     def _classified(self, ticket: int, error: Exception) -> tuple:
-        kind = self.stage.classify(error)
+        kind = self.host.classify(error)
         if kind == "ignored":
-            logger.warning("stage %s: ignores an error at batch %d and goes on: %s", self.stage.name, ticket, error)
+            logger.warning("stage %s: ignores an error at batch %d and goes on: %s", self.host.name, ticket, error)
             return ("skip",)
         return ("error", error)
 
@@ -235,14 +230,14 @@ class OrderedProducer:
         hand_in = self.lanes.lanes[index].hand_in  # the values stay in TensorFlow (runtime/lanes/handoff.py)
         started = time.monotonic()
         try:
-            feed = self.stage.feed_dict()
+            feed = self.host.feed_dict()
             values = []
             targets = [self.lanes.head_targets] if self.lanes.head_targets is not None else []
             if hand_in is not None:
-                self.runs.run([hand_in, *targets], self.stage.run_options, feed)
+                self.runs.run([hand_in, *targets], self.host.run_options, feed)
             elif split.cut or targets:
                 values = self.sess.run([list(split.cut), targets], feed_dict=feed,
-                                       options=self.stage.run_options)[0]
+                                       options=self.host.run_options)[0]
         except Exception as error:  # noqa: BLE001
             self._record_error(ticket, error)
             return None
@@ -261,9 +256,9 @@ class OrderedProducer:
             fetches.append(lane.batch_bytes if lane.batch_bytes is not None else self.lanes.batch_bytes)
         started = time.monotonic()
         try:
-            result = self.runs.run(fetches, self.stage.body_run_options, feed or None, rare=measure_bytes)
+            result = self.runs.run(fetches, self.host.body_run_options, feed or None, rare=measure_bytes)
         except Exception as error:  # noqa: BLE001
-            self._record_error(ticket, self.stage.lane_error(error, index))
+            self._record_error(ticket, self.host.lane_error(error, index))
             return
         self.meter.produced(head_seconds, time.monotonic() - started)
         self.lane_batches[index] += 1
@@ -276,7 +271,7 @@ class OrderedProducer:
     def _bytes_seen(self, value) -> None:
         self.meter.bytes_seen(value)
         if self.soft_capacity is not None and self.tuner.cap_capacity(self.meter.batch_bytes):
-            self.apply(self.tuner.threads, self.tuner.capacity)
+            self.apply(self.tuner.lanes, self.tuner.capacity)
 
     def _gate(self, computes: bool = False) -> None:
         """With a tuned capacity, waits until the buffer has room under the soft cap.
@@ -295,7 +290,7 @@ class OrderedProducer:
         extra = self.tuner.headroom(self.meter.batch_bytes) if computes else 0  # never past the byte cap
         if self._occupancy < cap + extra:
             return
-        seen = wait_below(self.sess, self.stage.size, lambda: (self.soft_capacity or cap) + extra, self.halted,
+        seen = wait_below(self.sess, self.host.size, lambda: (self.soft_capacity or cap) + extra, self.halted,
                           self.meter.seconds_per_batch)
         if seen is not None:
             self._occupancy = seen
@@ -312,7 +307,7 @@ class OrderedProducer:
             kind = outcome[0]
             if kind in ("error", "quiet"):
                 if kind == "error":
-                    self.stage.finish(outcome[1], deferred=True)
+                    self.host.finish(outcome[1], deferred=True)
                 return
             if kind == "lane":
                 started = time.monotonic()
@@ -320,12 +315,12 @@ class OrderedProducer:
                 if self.halted():
                     return
                 try:
-                    with self.stage.in_flight(self.workers):
+                    with self.host.in_flight(self.workers):
                         occupancy = self.runs.run([self.lanes.lanes[outcome[1]].occupancy],
-                                                  self.stage.run_options)[0]
+                                                  self.host.run_options)[0]
                 except Exception as error:  # noqa: BLE001
                     if not self.halted():
-                        self.stage.finish(error, deferred=True)
+                        self.host.finish(error, deferred=True)
                     return
                 self._occupancy = int(occupancy)
                 self.meter.moved(time.monotonic() - started, self._occupancy)
@@ -350,7 +345,7 @@ class OrderedProducer:
         if built and not self.tuner.skips_next_window:  # executors were built in this window: their CPU is
             return                                         # not the setting's, judge the next one
         if self.tuner.observe(window, self.meter.last_rate, self.meter.batch_bytes):
-            logger.debug("stage %s: autotune tries %d lanes, capacity %d, %s pool (%s)", self.stage.name,
-                         self.tuner.threads, self.tuner.capacity, "own" if self.tuner.own_pool else "shared",
+            logger.debug("stage %s: autotune tries %d lanes, capacity %d, %s pool (%s)", self.host.name,
+                         self.tuner.lanes, self.tuner.capacity, "own" if self.tuner.own_pool else "shared",
                          self.tuner.reason)
-            self.apply(self.tuner.threads, self.tuner.capacity)
+            self.apply(self.tuner.lanes, self.tuner.capacity)

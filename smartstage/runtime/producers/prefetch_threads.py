@@ -123,6 +123,8 @@ class PrefetchThreads:
         if self._started:
             raise StageRuntimeError("these prefetch threads were already started; start new ones with start_prefetch_threads(sess)")
         for stage in self._stages:
+            stage.prepare()  # the lanes: the one step that may add ops, before any thread runs
+        for stage in self._stages:
             stage.check_thread_pool()
             stage.run_reset()  # a resettable stage starts empty: batches and marks of earlier initializer runs go
             stage.check_open()

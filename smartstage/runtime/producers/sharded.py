@@ -19,6 +19,7 @@ import time
 
 from smartstage.runtime.lanes.lanes import LaneGraph, discard_leftovers
 from smartstage.runtime.lanes.remote import RemotePlan, named_task_error
+from smartstage.runtime.producers.host import ProducerHost
 
 logger = logging.getLogger(__name__)
 
@@ -28,38 +29,37 @@ POLL_SECONDS = 0.05
 class ShardedProducer:
     """Workers and a round-robin merger for a stage whose input is sharded over input tasks."""
 
-    def __init__(self, stage, lanes: LaneGraph, plan: RemotePlan, meter):
-        # stage: the StageThreads that owns this producer (not imported: stage_threads imports this module)
-        self.stage = stage
-        self.sess = stage.sess
+    def __init__(self, host: ProducerHost, lanes: LaneGraph, plan: RemotePlan):
+        self.host = host
+        self.sess = host.sess
         self.lanes = lanes
         self.plan = plan
-        self.meter = meter
+        self.meter = host.meter
         self.workers = len(plan.tasks)  # one lane per task: a task's reads stay in its shard's order
-        self.active = self.workers
+        self.active_lanes = self.workers
         self.soft_capacity = None
         self.lane_batches = [0] * self.workers
         self.threads: list[threading.Thread] = []
         self._cond = threading.Condition()
         self._pending = [0] * self.workers          # batches in a lane's queue, not yet moved
         self._ended: list[BaseException | None] = [None] * self.workers  # end of input or failure
-        self._options = plan.run_options(stage.run_options)
+        self._options = plan.run_options(host.run_options)
 
     def halted(self) -> bool:
-        return self.stage.halted()
+        return self.host.halted()
 
-    def apply(self, threads: int, capacity: int) -> None:
+    def apply(self, lanes: int, capacity: int) -> None:
         """Autotune does not change a sharded stage: one lane per task."""
 
     def discard_lane_leftovers(self) -> None:
-        discard_leftovers(self.stage.control_run, self.lanes.lanes[:self.workers])
+        discard_leftovers(self.host.control_run, self.lanes.lanes[:self.workers])
 
     def start(self, prime: bool = False) -> None:
         self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True,
-                                         name=f"smartstage-prefetch-{self.stage.name}-task{i}")
+                                         name=f"smartstage-prefetch-{self.host.name}-task{i}")
                         for i in range(self.workers)]
         self.threads.append(threading.Thread(target=self._merge, daemon=True,
-                                             name=f"smartstage-prefetch-{self.stage.name}-merger"))
+                                             name=f"smartstage-prefetch-{self.host.name}-merger"))
         for thread in self.threads:
             thread.start()
 
@@ -73,7 +73,7 @@ class ShardedProducer:
                     return
             started = time.monotonic()
             try:
-                with self.stage.in_flight(task):
+                with self.host.in_flight(task):
                     self.sess.run(lane.enqueue, options=self._options)
             except Exception as error:  # noqa: BLE001  the merger delivers it at this task's turn
                 with self._cond:
@@ -104,28 +104,28 @@ class ShardedProducer:
                     return
                 position = (position + 1) % len(turn)
                 continue
-            kind = self.stage.classify(ended)
+            kind = self.host.classify(ended)
             if kind == "closed":
-                logger.info("stage %s: input task %d reached the end of its shard", self.stage.name, task)
+                logger.info("stage %s: input task %d reached the end of its shard", self.host.name, task)
                 end_of_input = ended
                 turn.remove(task)
                 position = position % len(turn) if turn else 0
                 continue
             if kind in ("shutdown", "cancelled"):
                 return
-            self.stage.finish(named_task_error(ended, self.plan, task), deferred=True)
+            self.host.finish(named_task_error(ended, self.plan, task), deferred=True)
             return
         if end_of_input is not None:
-            self.stage.finish(end_of_input, deferred=True)  # closes the buffer after the last batch
+            self.host.finish(end_of_input, deferred=True)  # closes the buffer after the last batch
 
     def _move(self, task: int) -> bool:
         started = time.monotonic()
         try:
-            with self.stage.in_flight(self.workers):
-                occupancy = self.sess.run(self.lanes.lanes[task].occupancy, options=self.stage.run_options)
+            with self.host.in_flight(self.workers):
+                occupancy = self.sess.run(self.lanes.lanes[task].occupancy, options=self.host.run_options)
         except Exception as error:  # noqa: BLE001
             if not self.halted():
-                self.stage.finish(error, deferred=True)
+                self.host.finish(error, deferred=True)
             return False
         self.meter.moved(time.monotonic() - started, int(occupancy))
         with self._cond:

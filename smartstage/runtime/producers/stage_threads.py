@@ -1,14 +1,16 @@
-"""The prefetch threads of one stage: what each error means, the timeout watchdog, order.
+"""One stage at run time: its op handles, what each error means, its lifecycle and the timeout watchdog.
 
     before:  a stage's put op, never run
-    after:   StageThreads(owner, sess, stage_def).start()   # its producer threads fill the buffer
+    after:   stage = StageThreads(owner, sess, stage_def); stage.prepare(); stage.start()   # fills the buffer
 
-By default a stage keeps input order at every thread count: its OrderedProducer (runtime/producers/ordered.py)
-runs the put (one lane) or ordered lanes (several; runtime/lanes/lanes.py), tuned by runtime/tuning/autotune.py
-when num_threads / capacity are AUTOTUNE. A stage built with `deterministic=False` (StageDef.unordered)
-runs `num_threads` threads that each run the put, in any order, as before.
+`prepare()` is the one step that may add ops (the lanes, when the graph is not finalized); the constructor
+only looks up the stage's ops by name. `start()` hands the stage, as a ProducerHost (host.py), to one of
+three producers: OrderedProducer (ordered.py: the put on one lane, or ordered lanes, runtime/lanes/lanes.py),
+the default at every lane count, tuned by runtime/tuning/autotune.py when lanes / capacity are AUTOTUNE;
+ShardedProducer (sharded.py) for a stage sharded over input tasks; UnorderedProducer (unordered.py) for a
+stage built with `deterministic=False` (StageDef.unordered).
 
-`PrefetchThreads` (runner.py) owns one of these per stage and decides for all of them: when to
+`PrefetchThreads` (prefetch_threads.py) owns one of these per stage and decides for all of them: when to
 stop, and what to do with an unexpected error.
 """
 
@@ -18,34 +20,29 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Iterator, Protocol
+from typing import Iterator
 
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
 from smartstage.errors import StageRuntimeError
 from smartstage.protos.stage_pb2 import StageDef
-from smartstage.runtime.tuning.autotune import AUTOTUNE, DEFAULT_MAX_BUFFERED_BYTES, PipelineStats, StageMeter, Tuner
-from smartstage.runtime.producers.control import CONTROL_RUN_MILLIS, quiet_run, session_closed, wait_below
 from smartstage.runtime.lanes.lanes import LaneGraph, lane_count, lane_graph
-from smartstage.runtime.producers.ordered import OrderedProducer
-from smartstage.runtime.tuning.pools import check_stage_pool, explicit_pool_threads, stage_pools
 from smartstage.runtime.lanes.remote import named_task_error, remote_lane_graph, remote_plan
+from smartstage.runtime.producers.control import CONTROL_RUN_MILLIS, quiet_run, session_closed
+from smartstage.runtime.producers.host import Owner
+from smartstage.runtime.producers.ordered import OrderedProducer
 from smartstage.runtime.producers.sharded import ShardedProducer
+from smartstage.runtime.producers.unordered import UnorderedProducer
+from smartstage.runtime.stage.settings import StageSettings
+from smartstage.runtime.tuning.autotune import PipelineStats, Tuner
+from smartstage.runtime.tuning.meter import StageMeter
+from smartstage.runtime.tuning.pools import check_stage_pool, explicit_pool_threads, stage_pools
 
 logger = logging.getLogger(__name__)
 
 _UNINITIALIZED = "iterator has not been initialized"  # IteratorGetNext's FailedPrecondition message
-AUTOTUNE_START_CAPACITY = 2
 DRAIN_POLL_SECONDS = 0.002  # how often a deferred error looks whether the good batches were taken
-
-
-class Owner(Protocol):
-    """What a stage's threads ask of the PrefetchThreads that own them."""
-
-    def stopping(self) -> bool: ...
-
-    def report_error(self, stage: "StageThreads", error: BaseException) -> None: ...
 
 
 class _PutState:
@@ -59,12 +56,13 @@ class _PutState:
 
 
 class StageThreads:
-    """The prefetch threads of one stage."""
+    """The prefetch threads of one stage: a ProducerHost (host.py) for the producer that runs them."""
 
     def __init__(self, owner: Owner, sess, stage_def: StageDef):
         self.owner = owner
         self.sess = sess
         self.stage_def = stage_def
+        self.settings = StageSettings.from_def(stage_def)
         self.name = stage_def.name
         graph = sess.graph
         self.put = self._op(graph, "put_node", required=True)
@@ -83,31 +81,42 @@ class StageThreads:
         self.ignored_codes = set(stage_def.ignored_error_codes)
         size_op = self._op(graph, "size_node")
         self.size = size_op.outputs[0] if size_op is not None else None
-        self.ordered = not stage_def.unordered
+        self.ordered = self.settings.ordered
         self.remote = remote_plan(graph, self.name) if self.ordered else None  # on input tasks (remote.py)
         self._options, self.tuner = self._pools_and_tuner()
         self._remote_options = self.remote.run_options(self.run_options) if self.remote is not None else None
         self.meter = StageMeter()
         self.lanes: LaneGraph | None = None
-        self.producer: OrderedProducer | None = None
+        self.producer: OrderedProducer | ShardedProducer | UnorderedProducer | None = None
+        self.puts: list[_PutState] = []  # one per thread that runs a put or a move, for the timeout watchdog
+        self.prepared = False
+        self._lock = threading.Lock()
+        self._paused = threading.Event()  # this stage alone stops (re-initialisation), the others go on
+        self.waits_for_initializer = False
+
+    def prepare(self) -> None:
+        """Finds or builds the stage's lane ops (adds ops when the graph is not finalized), before any thread.
+
+            before:  an ordered stage with num_threads=4, its put only
+            after:   stage/lanes/lane_<0..3>/... in the graph, self.lanes set; the watchdog's put slots sized
+        """
+        if self.prepared:
+            return
+        graph = self.sess.graph
         if self.ordered:
-            count = lane_count(stage_def)
+            count = lane_count(self.settings)
             if self.remote is not None:
                 self.lanes = remote_lane_graph(graph, self.remote, self.put, self.put.inputs[0])
             elif count:
                 self.lanes, why = lane_graph(graph, self.name, self.put, self.put.inputs[0], count)
                 if self.lanes is None:
                     logger.warning("stage %s: runs one ordered prefetch thread instead of %s: %s", self.name,
-                                   "AUTOTUNE" if stage_def.num_threads == AUTOTUNE else stage_def.num_threads, why)
+                                   "AUTOTUNE" if self.settings.tune_lanes else self.settings.lanes, why)
             workers = len(self.lanes.lanes) if self.lanes is not None else 1
-            self.puts = [_PutState() for _ in range(workers + 1)]
+            self.puts = [_PutState() for _ in range(workers + 1)]  # the workers and the merger
         else:
-            self.puts = [_PutState() for _ in range(max(stage_def.num_threads, 1))]
-        self._threads: list[threading.Thread] = []
-        self._closed_threads = 0
-        self._lock = threading.Lock()
-        self._paused = threading.Event()  # this stage alone stops (re-initialisation), the others go on
-        self.waits_for_initializer = False
+            self.puts = [_PutState() for _ in range(self.settings.lanes)]
+        self.prepared = True
 
     @property
     def resettable(self) -> bool:
@@ -115,7 +124,7 @@ class StageThreads:
 
     @property
     def threads(self) -> list[threading.Thread]:
-        return self.producer.threads if self.producer is not None else self._threads
+        return self.producer.threads if self.producer is not None else []
 
     @property
     def run_options(self) -> config_pb2.RunOptions:
@@ -128,30 +137,30 @@ class StageThreads:
 
     def _pools_and_tuner(self) -> tuple[dict[bool, config_pb2.RunOptions], Tuner]:
         """The run options per pool (runtime/tuning/pools.py) and the tuner of lanes, capacity and pool."""
-        d = self.stage_def
+        settings = self.settings
         config = getattr(self.sess, "_config", None)
-        options, tune_pool, note = stage_pools(d, config, self.ordered, self.remote is not None)
-        tune_threads, tune_capacity = d.num_threads == AUTOTUNE, d.capacity == AUTOTUNE
-        pinned = explicit_pool_threads(d, config)
-        max_lanes = lane_count(d) or 1
-        tuner = Tuner(self.name, 1 if tune_threads else max(d.num_threads, 1),
-                      AUTOTUNE_START_CAPACITY if tune_capacity else int(d.capacity), tune_threads, tune_capacity,
-                      max_lanes=min(max_lanes, pinned) if pinned and tune_threads else max_lanes,
-                      max_buffered_bytes=d.max_buffered_bytes or DEFAULT_MAX_BUFFERED_BYTES,
-                      own_pool=bool(d.use_stage_subgraph_thread_pool) and d.stage_subgraph_thread_pool_id != AUTOTUNE,
+        options, tune_pool, note = stage_pools(settings, config, self.remote is not None)
+        pinned = explicit_pool_threads(settings, config)
+        max_lanes = lane_count(settings) or 1
+        tuner = Tuner(self.name, settings.lanes, settings.capacity, settings.tune_lanes, settings.tune_capacity,
+                      max_lanes=min(max_lanes, pinned) if pinned and settings.tune_lanes else max_lanes,
+                      max_buffered_bytes=settings.max_buffered_bytes, own_pool=settings.pool is not None,
                       tune_pool=tune_pool, pool_note=note)
         return options, tuner
 
     def stats(self) -> PipelineStats:
         """The stage's pipeline now: last window's measurements, the settings in force, the decision."""
         producer = self.producer
-        threads = producer.active if producer is not None else max(self.stage_def.num_threads, 1)
+        lanes = producer.active_lanes if producer is not None else self.settings.lanes
         capacity = (producer.soft_capacity if producer is not None and producer.soft_capacity is not None
                     else self.tuner.capacity)
-        lanes = tuple(producer.lane_batches) if producer is not None else ()
-        return PipelineStats(stage=self.name, num_threads=threads, capacity=capacity, own_pool=self.tuner.own_pool,
-                             ordered=self.ordered, lane_batches=lanes, decision=self.tuner.decision(),
+        lane_batches = tuple(producer.lane_batches) if producer is not None else ()
+        return PipelineStats(stage=self.name, num_threads=lanes, capacity=capacity, own_pool=self.tuner.own_pool,
+                             ordered=self.ordered, lane_batches=lane_batches, decision=self.tuner.decision(),
                              **self.meter.summary())
+
+    def stopping(self) -> bool:
+        return self.owner.stopping()
 
     def paused(self) -> bool:
         return self._paused.is_set()
@@ -171,8 +180,11 @@ class StageThreads:
         return dict(zip(self.placeholders, values))
 
     @contextlib.contextmanager
-    def in_flight(self, index: int) -> Iterator[None]:
-        """Marks a run that may wait on a full buffer, for the timeout watchdog."""
+    def in_flight(self, index: int | None) -> Iterator[None]:
+        """Marks a run that may wait on a full buffer, for the timeout watchdog (index None: not watched)."""
+        if index is None:
+            yield
+            return
         put_state = self.puts[index]
         put_state.started = time.monotonic()
         try:
@@ -202,10 +214,9 @@ class StageThreads:
         kind = self.classify(error)
         if kind == "closed":
             logger.info("stage %s: end of input; closing the buffer", self.name)
-            if self.close is not None:
-                quiet_run(self.sess, self.close, f"close of stage {self.name}")
+            self.close_buffer()
         elif kind == "uninitialized":
-            self._wait_for_initializer(0)
+            self.wait_for_initializer(0)
         elif kind == "unexpected":
             if deferred:
                 self.fail_in_order(error)
@@ -227,6 +238,14 @@ class StageThreads:
                 break
             time.sleep(DRAIN_POLL_SECONDS)
         self.owner.report_error(self, error)
+
+    def close_buffer(self, why: str = "") -> None:
+        """Closes the stage's buffer (end of input): the step takes what is buffered, then OutOfRangeError."""
+        if self.close is None:
+            return
+        if why:
+            logger.info("stage %s: %s; closing the buffer", self.name, why)
+        quiet_run(self.sess, self.close, f"close of stage {self.name}")
 
     def _missing(self, what: str) -> StageRuntimeError:
         return StageRuntimeError(
@@ -262,7 +281,7 @@ class StageThreads:
         return found[0].outputs[0] if found else None
 
     def check_thread_pool(self) -> None:
-        check_stage_pool(self.stage_def, getattr(self.sess, "_config", None))
+        check_stage_pool(self.settings, getattr(self.sess, "_config", None))
 
     def check_open(self) -> None:
         options = config_pb2.RunOptions(timeout_in_ms=CONTROL_RUN_MILLIS)
@@ -307,9 +326,7 @@ class StageThreads:
         """Empties the stage and starts new threads (after pause(), once the input was re-initialised)."""
         self.run_reset()
         self._paused.clear()
-        self._closed_threads = 0
         self.puts = [_PutState() for _ in self.puts]
-        self._threads = []
         if self.producer is not None:
             self.producer.discard_lane_leftovers()
         self.check_open()
@@ -320,99 +337,21 @@ class StageThreads:
         return error if self.remote is None else named_task_error(error, self.remote, lane)  # InputTaskError
 
     def start(self) -> None:
+        """Starts the stage's producer (prepare() ran: the lanes exist)."""
+        if not self.prepared:
+            raise StageRuntimeError(f"stage '{self.name}': start() before prepare(); call prepare() first, "
+                                    "while the graph may still grow (PrefetchThreads.start() does)")
         if self.remote is not None and self.remote.mode == "sharded":
-            self.producer = ShardedProducer(self, self.lanes, self.remote, self.meter)
-            return self.producer.start()
-        if self.ordered:
-            self.producer = OrderedProducer(self, self.lanes, self.tuner, self.meter)
+            self.producer = ShardedProducer(self, self.lanes, self.remote)
+            self.producer.start()
+        elif self.ordered:
+            self.producer = OrderedProducer(self, self.lanes)
             self.producer.start(prime=self.resettable)
-            return
-        if self.resettable and not self._prime():
-            return
-        for index in range(len(self.puts)):
-            thread = threading.Thread(
-                target=self._loop, args=(index,), name=f"smartstage-prefetch-{self.name}-{index}", daemon=True
-            )
-            self._threads.append(thread)
-        for thread in self._threads:
-            thread.start()
+        else:
+            self.producer = UnorderedProducer(self, self.settings.lanes)
+            self.producer.start(prime=self.resettable)
 
-    def _prime(self) -> bool:
-        """A resettable stage runs its put once before its threads start, in the caller's thread: an
-        iterator that is not initialised is known before any step can take (no step then waits for a
-        batch that will not come), and so is an input that is already at its end. True: start the threads."""
-        try:
-            self._run_put(_PutState())
-            return True
-        except Exception as error:  # noqa: BLE001  classified like the threads' errors
-            if getattr(error, "error_code", None) in self.closed_codes:
-                with self._lock:
-                    self._closed_threads = len(self.puts) - 1
-                self._thread_closed()
-                return False
-            return self._handle(error, 0)
-
-    def _wait_for_room(self) -> None:
-        """Unordered threads with a tuned capacity: a put may start at the soft cap (ordered._gate says why)."""
-        if self.stage_def.capacity == AUTOTUNE and self.size is not None:
-            cap = lambda: self.tuner.capacity + self.tuner.headroom(self.meter.batch_bytes)  # noqa: E731
-            wait_below(self.sess, self.size, cap, self.halted, self.meter.seconds_per_batch)
-
-    def _run_put(self, put_state: _PutState) -> None:
-        self._wait_for_room()
-        feed = None
-        if self.feed_values:
-            values = self.sess.run(self.feed_values, options=self.run_options)
-            feed = dict(zip(self.placeholders, values))
-        put_state.started = time.monotonic()
-        try:
-            self.sess.run(self.put, feed_dict=feed, options=self.run_options)
-        finally:
-            put_state.started = None
-            put_state.warned = 0
-
-    def _loop(self, index: int) -> None:
-        put_state = self.puts[index]
-        while not self.owner.stopping() and not self._paused.is_set():
-            try:
-                self._run_put(put_state)
-            except Exception as error:  # noqa: BLE001  every outcome is classified below
-                if not self._handle(error, index):
-                    return
-        logger.debug("prefetch thread %d of stage %s stopped", index, self.name)
-
-    def _handle(self, error: Exception, index: int) -> bool:
-        """What an error from an unordered prefetch run means; True: the thread goes on."""
-        kind = self.classify(error)
-        if kind == "shutdown":
-            logger.debug("prefetch thread %d of stage %s ends on shutdown: %s", index, self.name, error)
-            return False
-        if kind == "closed":
-            logger.info("prefetch thread %d of stage %s reached the end of its input", index, self.name)
-            self._thread_closed()
-            return False
-        if kind == "ignored":
-            logger.warning("stage %s: prefetch thread %d ignores an error and goes on: %s",
-                           self.name, index, error)
-            return True
-        if kind == "cancelled":
-            logger.info("stage %s: buffer closed or cancelled; prefetch thread %d ends", self.name, index)
-            return False
-        if kind == "uninitialized":
-            self._wait_for_initializer(index)
-            return False
-        self.fail_in_order(error)
-        return False
-
-    def _thread_closed(self) -> None:
-        with self._lock:
-            self._closed_threads += 1
-            last = self._closed_threads == len(self.puts)
-        if last and self.close is not None:
-            logger.info("stage %s: every prefetch thread reached the end of input; closing the buffer", self.name)
-            quiet_run(self.sess, self.close, f"close of stage {self.name}")
-
-    def _wait_for_initializer(self, index: int) -> None:
+    def wait_for_initializer(self, index: int) -> None:
         """The iterator is not initialised yet (an eval iterator, say): the thread ends quietly, and a
         stale mark makes a step that takes from the stage fail at once, naming the fix, instead of
         waiting for a batch. Running the initializer through the runtime restarts the threads."""

@@ -12,9 +12,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from smartstage.errors import ConfigError
+from smartstage.runtime.stage.settings import AUTOTUNE
 
 # TensorFlow's rule for a name scope (tensorflow/python/framework/ops.py, _VALID_SCOPE_NAME_REGEX).
 _VALID_SCOPE = re.compile(r"^[A-Za-z0-9_.\\/>-]*$")
@@ -30,6 +32,30 @@ def check_staged_arguments(features: Any, feed_dict: Any, name: Any) -> None:
     _check_name(name)
     _check_feed_dict(feed_dict)
     _check_not_in_loop(features)
+
+
+def check_setting_arguments(capacity, num_threads, num_clients, timeout_millis, use_pool, pool_id, stream_id,
+                            max_buffered_bytes) -> None:
+    """ConfigError naming the first of staged()'s numeric settings that is neither valid nor AUTOTUNE.
+
+        before:  staged(x, capacity=0)
+        after:   ConfigError: staged(): capacity=0; pass an integer >= 1 or smartstage.AUTOTUNE
+    """
+    for label, value in (("capacity", capacity), ("num_threads", num_threads)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or (value < 1 and value != AUTOTUNE):
+            raise ConfigError(f"staged(): {label}={value!r}; pass an integer >= 1 or smartstage.AUTOTUNE")
+    if not isinstance(use_pool, (bool, np.bool_)) and use_pool != AUTOTUNE:
+        raise ConfigError(f"staged(): use_stage_subgraph_thread_pool={use_pool!r}; pass True, False or "
+                          "smartstage.AUTOTUNE")
+    for label, value, least in (
+        ("max_buffered_bytes", 1 if max_buffered_bytes is None else max_buffered_bytes, 1),
+        ("num_clients", num_clients, 1),
+        ("timeout_millis", timeout_millis, 1),
+        ("stage_subgraph_thread_pool_id", 0 if pool_id == AUTOTUNE else pool_id, 0),
+        ("stage_subgraph_stream_id", stream_id, 0),
+    ):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise ConfigError(f"staged(): {label}={value!r}; pass an integer >= {least}")
 
 
 def _check_name(name: Any) -> None:

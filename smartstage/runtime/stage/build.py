@@ -35,9 +35,9 @@ from smartstage.errors import ConfigError
 from smartstage.protos.stage_pb2 import FeedDef, StageDef
 from smartstage.config.error_codes import error_codes
 from smartstage.graph.stages import missing_hook_message
-from smartstage.runtime.tuning.autotune import AUTOTUNE
+from smartstage.runtime.stage.settings import AUTOTUNE
 from smartstage.runtime.stage.metadata import add_stage_def
-from smartstage.runtime.stage.arguments import check_staged_arguments
+from smartstage.runtime.stage.arguments import check_setting_arguments, check_staged_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -110,24 +110,6 @@ def _feed_defs(
     return pairs
 
 
-def _check_arguments(capacity, num_threads, num_clients, timeout_millis, use_pool, pool_id, stream_id,
-                     max_buffered_bytes) -> None:
-    for label, value in (("capacity", capacity), ("num_threads", num_threads)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or (value < 1 and value != AUTOTUNE):
-            raise ConfigError(f"staged(): {label}={value!r}; pass an integer >= 1 or smartstage.AUTOTUNE")
-    if not isinstance(use_pool, (bool, np.bool_)) and use_pool != AUTOTUNE:
-        raise ConfigError(f"staged(): use_stage_subgraph_thread_pool={use_pool!r}; pass True, False or "
-                          "smartstage.AUTOTUNE")
-    for label, value, least in (
-        ("max_buffered_bytes", 1 if max_buffered_bytes is None else max_buffered_bytes, 1),
-        ("num_clients", num_clients, 1),
-        ("timeout_millis", timeout_millis, 1),
-        ("stage_subgraph_thread_pool_id", 0 if pool_id == AUTOTUNE else pool_id, 0),
-        ("stage_subgraph_stream_id", stream_id, 0),
-    ):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-            raise ConfigError(f"staged(): {label}={value!r}; pass an integer >= {least}")
-
 
 def staged(
     features: Any,
@@ -195,7 +177,7 @@ def staged(
         after:   x, y = ss.staged([x, y], capacity=2)   # + hooks=[ss.make_prefetch_hook()]
     """
     check_staged_arguments(features, feed_dict, name)
-    _check_arguments(capacity, num_threads, num_clients, timeout_millis, use_stage_subgraph_thread_pool,
+    check_setting_arguments(capacity, num_threads, num_clients, timeout_millis, use_stage_subgraph_thread_pool,
                      stage_subgraph_thread_pool_id, stage_subgraph_stream_id, max_buffered_bytes)
     tune_pool = stage_subgraph_thread_pool_id == AUTOTUNE or (
         not isinstance(use_stage_subgraph_thread_pool, (bool, np.bool_)) and use_stage_subgraph_thread_pool == AUTOTUNE)

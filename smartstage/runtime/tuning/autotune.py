@@ -24,18 +24,15 @@ kept in `TuningDecision`; `PipelineStats` is the live view (for hooks, TensorBoa
 
 from __future__ import annotations
 
+import enum
 import logging
-import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from smartstage.runtime.tuning.meter import WINDOW_SECONDS, Window
 
 logger = logging.getLogger(__name__)
 
-AUTOTUNE = -1  # like tf.data.AUTOTUNE: "the runtime chooses"; recorded as -1 in the StageDef
-DEFAULT_MAX_BUFFERED_BYTES = 256 * 1024 * 1024
 AUTOTUNE_HARD_CAPACITY = 64  # the buffer queue's own bound when capacity is tuned (the soft cap lies below)
-WINDOW_BATCHES = 24
-WINDOW_SECONDS = 0.3
 GAIN_MARGIN = 0.06     # a change must buy more than this fraction of steps/s to be kept
 RETUNE_MARGIN = 0.25   # after settling, a throughput change this large re-opens the search ...
 RETUNE_WINDOWS = 3     # ... when it lasts this many windows in a row
@@ -89,111 +86,31 @@ class PipelineStats:
     decision: TuningDecision | None = None
 
 
-@dataclass
-class _Window:
-    started: float = field(default_factory=time.monotonic)
-    batches: int = 0
-    head: float = 0.0
-    body: float = 0.0
-    wait: float = 0.0
-    occupancy: int = 0
-    empty: int = 0
-    first: int | None = None  # the buffer's occupancy right after the window's first move ...
-    last: int | None = None   # ... and after its last one
+class Mode(enum.Enum):
+    """Where the tuner of one stage stands; observe() judges a window according to it."""
 
-    def rate(self, now: float) -> float:
-        return self.batches / max(now - self.started, 1e-9)
-
-    def filling(self) -> bool:
-        """Whether the step took fewer than half the batches moved (the buffer grew by more): the buffer
-        fills ahead of a step that idles (a restore, the first step's executors, a pause), which says
-        nothing of which side sets the pace."""
-        if self.first is None or self.last is None:
-            return False
-        return 2 * (self.last - self.first + 1) > self.batches
-
-
-class StageMeter:
-    """Per-batch measurements of one stage, summed per window (thread-safe, cheap)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.window = _Window()
-        self.last: _Window | None = None
-        self.last_rate = 0.0
-        self.total = 0
-        self.batch_bytes = 0
-        self.step_times: list[float] = []
-
-    def produced(self, head: float, body: float) -> None:
-        with self._lock:
-            self.window.head += head
-            self.window.body += body
-
-    def moved(self, wait: float, occupancy: int | None) -> None:
-        with self._lock:
-            self.window.batches += 1
-            self.total += 1
-            self.window.wait += wait
-            if occupancy is not None:
-                w = self.window
-                w.occupancy += occupancy
-                w.empty += occupancy <= 1
-                w.first = occupancy if w.first is None else w.first
-                w.last = occupancy
-
-    def seconds_per_batch(self) -> float:
-        """The pace of the last window (0.0 before one closed): about one training step when the buffer is full."""
-        rate = self.last_rate
-        return 1.0 / rate if rate > 0 else 0.0
-
-    def bytes_seen(self, value: int) -> None:
-        self.batch_bytes = max(self.batch_bytes, int(value))
-
-    def step_timed(self, seconds: float) -> None:
-        """One training step's time (the prefetch hook calls this)."""
-        with self._lock:
-            self.step_times.append(seconds)
-            del self.step_times[:-WINDOW_BATCHES]
-
-    def summary(self) -> dict:
-        """The last finished window (the current one before any finished), per batch."""
-        with self._lock:
-            w = self.last if self.last is not None else self.window
-            n = max(w.batches, 1)
-            rate = self.last_rate if self.last is not None else w.rate(time.monotonic())
-            steps = list(self.step_times)
-        return dict(batches=self.total, batches_per_second=rate, occupancy=w.occupancy / n,
-                    empty_fraction=w.empty / n, producer_wait_seconds=w.wait / n,
-                    step_seconds=sum(steps) / len(steps) if steps else None,
-                    head_seconds=w.head / n, body_seconds=w.body / n, batch_bytes=self.batch_bytes)
-
-    def window_full(self, now: float, seconds: float = WINDOW_SECONDS) -> bool:
-        w = self.window
-        return w.batches >= WINDOW_BATCHES and now - w.started >= seconds
-
-    def close_window(self, now: float) -> _Window:
-        with self._lock:
-            done, self.window = self.window, _Window(started=now)
-            self.last, self.last_rate = done, done.rate(now)
-            return done
+    CLIMBING = "climbing"      # one lane (or capacity) more while the buffer runs empty, kept when it pays
+    LEAPING = "leaping"        # one lane past a lane that gained under the margin, judged against the best
+    TRIMMING = "trimming"      # one lane less on trial: the buffer stayed filled
+    POOL_TRIAL = "pool trial"  # lanes and capacity chosen: windows alternate between the own and shared pool
+    SETTLED = "settled"        # chosen; watching for the input to become the bound at a new pace
 
 
 class Tuner:
     """Hill-climbs the lane count (and capacity) of one stage on measured batches/s, then tries its pool.
 
-    tune_threads / tune_capacity / tune_pool: which settings are AUTOTUNE (explicit ones never change;
+    tune_lanes / tune_capacity / tune_pool: which settings are AUTOTUNE (explicit ones never change;
     tune_pool only when the session has a prefetch pool to try). max_lanes: the lanes that exist;
     max_buffered_bytes: the cap on buffered bytes; own_pool: the pool in force (True: the prefetch pool).
     """
 
-    def __init__(self, stage: str, threads: int, capacity: int, tune_threads: bool, tune_capacity: bool,
+    def __init__(self, stage: str, lanes: int, capacity: int, tune_lanes: bool, tune_capacity: bool,
                  max_lanes: int, max_buffered_bytes: int, own_pool: bool = False, tune_pool: bool = False,
                  pool_note: str = ""):
         self.stage = stage
-        self.threads = threads
+        self.lanes = lanes
         self.capacity = capacity
-        self.tune_threads = tune_threads and max_lanes > 1
+        self.tune_lanes = tune_lanes and max_lanes > 1
         self.tune_capacity = tune_capacity
         self.max_lanes = max_lanes
         self.max_buffered_bytes = max_buffered_bytes
@@ -202,19 +119,23 @@ class Tuner:
         self.pool_note = pool_note  # why the pool is not tuned, when it is AUTOTUNE but cannot be (logged once settled)
         self.tried: list[tuple[int, int, float]] = []
         self.pool_tried: list[tuple[bool, float]] = []
-        self._pool_trial: list[tuple[bool, float]] | None = None  # the windows of a pool trial under way
+        tunes = self.tune_lanes or self.tune_capacity or self.tune_pool
+        self.mode = Mode.CLIMBING if tunes else Mode.SETTLED
+        self.reason = "measuring" if tunes else "explicit settings"
+        if not tunes and pool_note:
+            self.reason = f"explicit settings; {pool_note}"
+        self._best: tuple[int, int, float] | None = None  # (lanes, capacity, rate) of the best window so far
+        self._trim_from: tuple[int, int, float] | None = None  # TRIMMING: (lanes, capacity, rate) before the trial
+        self._pool_windows: list[tuple[bool, float]] = []  # POOL_TRIAL: (own pool, rate) per window
         self._pool_decided = False
         self._lanes_reason = ""
-        self._best: tuple[int, int, float] | None = None
         self._settled_rate: float | None = None
-        self.settled = not (self.tune_threads or self.tune_capacity or self.tune_pool)
-        self.reason = "explicit settings" if self.settled else "measuring"
-        if self.settled and pool_note:
-            self.reason = f"explicit settings; {pool_note}"
         self._skip_next = True  # the first window after a change still holds the old setting's batches
         self._moved_windows = 0  # consecutive settled windows off the settled throughput
-        self._trimming: tuple[int, int, float] | None = None  # (lanes, capacity, rate) before a trial with one lane less
-        self._leaping = False  # two lanes over the best on trial: the one between gained under the margin
+
+    @property
+    def settled(self) -> bool:
+        return self.mode is Mode.SETTLED
 
     def capacity_limit(self, batch_bytes: int) -> int:
         """The most batches the byte cap allows (at least 1)."""
@@ -228,7 +149,7 @@ class Tuner:
         return int(batch_bytes <= 0 or (self.capacity + 1) * batch_bytes <= self.max_buffered_bytes)
 
     def decision(self) -> TuningDecision:
-        return TuningDecision(self.stage, self.threads, self.capacity, self.own_pool, self.settled,
+        return TuningDecision(self.stage, self.lanes, self.capacity, self.own_pool, self.settled,
                               self.reason, tuple(self.tried), tuple(self.pool_tried))
 
     @property
@@ -238,7 +159,7 @@ class Tuner:
 
     def window_seconds(self) -> float:
         """How long the current measurement window lasts (longer during the pool trial)."""
-        return POOL_WINDOW_SECONDS if self._pool_trial is not None else WINDOW_SECONDS
+        return POOL_WINDOW_SECONDS if self.mode is Mode.POOL_TRIAL else WINDOW_SECONDS
 
     def cap_capacity(self, batch_bytes: int) -> bool:
         """Applies the byte cap as soon as a batch's size is known; True when capacity shrank."""
@@ -250,9 +171,13 @@ class Tuner:
             return True
         return False
 
-    def observe(self, window: _Window, rate: float, batch_bytes: int) -> bool:
-        """One finished window; True when the settings changed."""
-        if not (self.tune_threads or self.tune_capacity or self.tune_pool):
+    def observe(self, window: Window, rate: float, batch_bytes: int) -> bool:
+        """One finished window; True when the settings changed.
+
+            before:  Tuner(lanes=1, tune_lanes=True), a window whose buffer ran empty at 10 batches/s
+            after:   True; lanes=2, mode CLIMBING (the next window judges the second lane)
+        """
+        if not (self.tune_lanes or self.tune_capacity or self.tune_pool):
             return False
         limit = self.capacity_limit(batch_bytes)
         if self.cap_capacity(batch_bytes):
@@ -263,24 +188,24 @@ class Tuner:
         if window.filling():  # judged, a head start read as "the step sets the pace" settled one lane for good
             return False
         empty = window.empty / max(window.batches, 1)
-        if self._pool_trial is not None:
+        if self.mode is Mode.POOL_TRIAL:
             return self._pool_window(rate)
-        self.tried.append((self.threads, self.capacity, round(rate, 2)))
-        if not (self.settled or self.tune_threads or self.tune_capacity):  # only the pool is AUTOTUNE
+        self.tried.append((self.lanes, self.capacity, round(rate, 2)))
+        if not (self.settled or self.tune_lanes or self.tune_capacity):  # only the pool is AUTOTUNE
             return self._settle(rate, "explicit lanes and capacity")
-        if self.settled:
+        if self.mode is Mode.SETTLED:
             return self._watch(rate, empty)
-        if self._trimming is not None:
+        if self.mode is Mode.TRIMMING:
             return self._trimmed(rate, empty)
         best = self._best
         if best is None or rate > best[2] * (1 + GAIN_MARGIN):
-            self._best, self._leaping = (self.threads, self.capacity, rate), False
+            self._best, self.mode = (self.lanes, self.capacity, rate), Mode.CLIMBING
             # One lane more only while the input is the bound: a lane costs two more session runs per batch,
             # so a trial is not free. A lane that buys no more than GAIN_MARGIN is given back below.
-            if empty >= EMPTY_FRACTION and self.tune_threads and self.threads < self.max_lanes:
-                return self._change(self.threads + 1, self._room(limit), "the buffer ran empty: one lane more")
+            if empty >= EMPTY_FRACTION and self.tune_lanes and self.lanes < self.max_lanes:
+                return self._change(self.lanes + 1, self._room(limit), "the buffer ran empty: one lane more")
             if empty >= EMPTY_FRACTION and self.tune_capacity and self.capacity * 2 <= limit:
-                return self._change(self.threads, self.capacity * 2, "the buffer ran empty: capacity doubled")
+                return self._change(self.lanes, self.capacity * 2, "the buffer ran empty: capacity doubled")
             if empty < EMPTY_FRACTION:
                 return self._trim_or_settle(rate)
             return self._settle(rate, "no more lanes or capacity to try")
@@ -288,66 +213,67 @@ class Tuner:
         if self._may_leap(lanes, best_rate, rate, empty):
             # Each lane may buy less than the margin on a gentle slope (Wide&Deep io: 2 -> 3 lanes +1% in a
             # window, 2 -> 4 threads +10%): one lane further, judged against the best, tells a slope from a plateau.
-            self._leaping = True
-            why = (f"{self.threads} lanes ran {rate:.1f} batches/s, a gain under {GAIN_MARGIN:.0%} over {lanes} at "
-                   f"{best_rate:.1f}, the buffer still empty: trying {self.threads + 1}")
-            return self._change(self.threads + 1, self._room(limit), why)
+            self.mode = Mode.LEAPING
+            why = (f"{self.lanes} lanes ran {rate:.1f} batches/s, a gain under {GAIN_MARGIN:.0%} over {lanes} at "
+                   f"{best_rate:.1f}, the buffer still empty: trying {self.lanes + 1}")
+            return self._change(self.lanes + 1, self._room(limit), why)
         # The last change did not pay: go back to the best setting and settle there.
-        why = (f"{self.threads} lanes / capacity {self.capacity} ran {rate:.1f} batches/s, "
+        why = (f"{self.lanes} lanes / capacity {self.capacity} ran {rate:.1f} batches/s, "
                f"not more than {lanes} lanes / capacity {capacity} at {best_rate:.1f}")
-        changed = (lanes, capacity) != (self.threads, self.capacity)
-        self.threads, self.capacity = lanes, capacity
+        changed = (lanes, capacity) != (self.lanes, self.capacity)
+        self.lanes, self.capacity = lanes, capacity
         return self._settle(best_rate, why) or changed  # logs the setting it went back to
 
     def _room(self, limit: int) -> int:
         """The capacity for one lane more: a lane runs ahead only into room in the buffer, so with capacity
         tuned each lane gets two slots (within the byte cap's `limit`)."""
-        return min(max(self.capacity, 2 * (self.threads + 1)), limit) if self.tune_capacity else self.capacity
+        return min(max(self.capacity, 2 * (self.lanes + 1)), limit) if self.tune_capacity else self.capacity
 
     def _may_leap(self, best_lanes: int, best_rate: float, rate: float, empty: float) -> bool:
         """Whether a lane more that gained, but less than the margin, with the buffer still empty, gets one more
         lane on trial (once: a second lane that does not pay either ends the search)."""
-        return (self.tune_threads and not self._leaping and self.threads == best_lanes + 1
-                and self.threads < self.max_lanes and rate >= best_rate and empty >= EMPTY_FRACTION)
+        return (self.tune_lanes and self.mode is not Mode.LEAPING and self.lanes == best_lanes + 1
+                and self.lanes < self.max_lanes and rate >= best_rate and empty >= EMPTY_FRACTION)
 
     def _trim_or_settle(self, rate: float) -> bool:
         """The buffer stays filled: the fewest lanes that keep it so win (a lane costs CPU the step could use;
         a lane kept on a warm-up window's low rate would otherwise stay for good)."""
-        if self.tune_threads and self.threads > 1:
-            self._trimming = (self.threads, self.capacity, rate)
-            return self._change(self.threads - 1, self.capacity, "the buffer stays filled: trying one lane less")
+        if self.tune_lanes and self.lanes > 1:
+            self._trim_from, self.mode = (self.lanes, self.capacity, rate), Mode.TRIMMING
+            return self._change(self.lanes - 1, self.capacity, "the buffer stays filled: trying one lane less")
         return self._settle(rate, "the buffer stays filled: the step, not the input, sets the pace")
 
     def _trimmed(self, rate: float, empty: float) -> bool:
-        lanes, capacity, before = self._trimming
-        self._trimming = None
+        lanes, capacity, before = self._trim_from
+        self._trim_from = None
         if empty < EMPTY_FRACTION:  # one lane less still keeps the buffer filled: keep it, try another
-            self._best = (self.threads, self.capacity, rate)
+            self._best = (self.lanes, self.capacity, rate)
             return self._trim_or_settle(rate)
-        self.threads, self.capacity = lanes, capacity
+        self.lanes, self.capacity = lanes, capacity
         self._settle(before, f"{lanes - 1} lanes let the buffer run empty, {lanes} keep it filled")
         return True
 
-    def _change(self, threads: int, capacity: int, why: str) -> bool:
-        self.threads, self.capacity, self.reason, self._skip_next = threads, capacity, why, True
+    def _change(self, lanes: int, capacity: int, why: str) -> bool:
+        self.lanes, self.capacity, self.reason, self._skip_next = lanes, capacity, why, True
         return True
 
     def _settle(self, rate: float, why: str) -> bool:
         """Lanes and capacity are chosen: settles, or first tries the pool (True: the pool changed)."""
         if self.tune_pool and not self._pool_decided:
-            self._lanes_reason, self._pool_trial, self.own_pool = why, [], True
-            self.reason, self._skip_next = f"{why}; trying the prefetch pool against the shared one", True
+            self._lanes_reason, self._pool_windows, self.own_pool = why, [], True
+            self.mode, self._skip_next = Mode.POOL_TRIAL, True
+            self.reason = f"{why}; trying the prefetch pool against the shared one"
             return True  # the first window on the own pool is skipped: it makes that pool's executors
         if self.pool_note:
             why = f"{why}; {self.pool_note}"
-        self.settled, self._settled_rate, self.reason, self._skip_next = True, rate, why, True
+        self.mode, self._settled_rate, self.reason, self._skip_next = Mode.SETTLED, rate, why, True
         logger.info("stage %s: autotune settled on %d lanes, capacity %d, %s pool (%.1f batches/s): %s",
-                    self.stage, self.threads, self.capacity, "own" if self.own_pool else "shared", rate, why)
+                    self.stage, self.lanes, self.capacity, "own" if self.own_pool else "shared", rate, why)
         return False
 
     def _pool_window(self, rate: float) -> bool:
         """One window of the pool trial: alternate until POOL_PAIRS (own, shared) pairs are measured, then decide."""
-        trial = self._pool_trial
+        trial = self._pool_windows
         trial.append((self.own_pool, rate))
         self.pool_tried.append((self.own_pool, round(rate, 2)))
         if len(trial) < 2 * POOL_PAIRS:
@@ -361,7 +287,7 @@ class Tuner:
                f"shared one in the median of {len(ratios)} alternating pairs ({pace}; kept above {1 + POOL_MARGIN:.2f}x "
                f"in most pairs)")
         changed, self.own_pool = self.own_pool != own, own
-        self._pool_trial, self._pool_decided = None, True
+        self._pool_windows, self._pool_decided = [], True
         rates = [r for pool, r in trial if pool == own]
         self._settle(sum(rates) / len(rates), why)
         return changed
@@ -384,8 +310,8 @@ class Tuner:
         self._moved_windows = 0
         logger.info("stage %s: the input is the bound at %.1f batches/s (was %.1f); tuning again",
                     self.stage, rate, base)
-        self.settled, self._best, self._leaping = False, None, False
+        self.mode, self._best = Mode.CLIMBING, None
         self.reason = "the input became the bound; measuring again"
         if self.tune_pool:  # the pool is tried again once the lanes settle at the new pace
             self._pool_decided, self.own_pool = False, False
-        return self._change(1 if self.tune_threads else self.threads, self.capacity, self.reason)
+        return self._change(1 if self.tune_lanes else self.lanes, self.capacity, self.reason)

@@ -21,8 +21,7 @@ import os
 from tensorflow.core.protobuf import config_pb2
 
 from smartstage.errors import StageRuntimeError
-from smartstage.protos.stage_pb2 import StageDef
-from smartstage.runtime.tuning.autotune import AUTOTUNE
+from smartstage.runtime.stage.settings import StageSettings
 
 MAIN_POOL = 0
 
@@ -68,50 +67,50 @@ def tunable_pool(config: config_pb2.ConfigProto | None) -> int | None:
     return pools - 1 if pools >= 2 else None
 
 
-def stage_pools(stage_def: StageDef, config: config_pb2.ConfigProto | None, ordered: bool,
+def stage_pools(settings: StageSettings, config: config_pb2.ConfigProto | None,
                 remote: bool) -> tuple[dict[bool, config_pb2.RunOptions], bool, str]:
     """A stage's prefetch run options per pool (False: the shared one, True: its own), whether AUTOTUNE may
     try its own, and why not when its pool is AUTOTUNE but cannot be tried.
 
-        before:  StageDef(stage_subgraph_thread_pool_id=AUTOTUNE), a session from with_prefetch_pool()
+        before:  StageSettings(tune_pool=True, ...), a session from with_prefetch_pool()
         after:   ({False: RunOptions(), True: RunOptions(inter_op_thread_pool=1)}, True, "")
     """
     options = {False: config_pb2.RunOptions()}
-    if stage_def.stage_subgraph_thread_pool_id == AUTOTUNE:
+    if settings.tune_pool:
         own = tunable_pool(config)
         if own is None:
             return options, False, ("shared pool: the session has one inter-op pool (sessions SmartStage makes get "
                                     "a prefetch pool; give a plain Session two session_inter_op_thread_pool entries)")
-        if not ordered or remote:
+        if not settings.ordered or remote:
             return options, False, "shared pool: the pool is tuned for ordered stages in this process only"
         options[True] = config_pb2.RunOptions(inter_op_thread_pool=own)
         return options, True, ""
-    if stage_def.use_stage_subgraph_thread_pool:
-        options[True] = config_pb2.RunOptions(inter_op_thread_pool=stage_def.stage_subgraph_thread_pool_id)
+    if settings.pool is not None:
+        options[True] = config_pb2.RunOptions(inter_op_thread_pool=settings.pool)
     return options, False, ""
 
 
-def explicit_pool_threads(stage_def: StageDef, config: config_pb2.ConfigProto | None) -> int | None:
+def explicit_pool_threads(settings: StageSettings, config: config_pb2.ConfigProto | None) -> int | None:
     """Threads of the pool a stage's prefetch runs are pinned to (use_stage_subgraph_thread_pool=True with an
     index); None when they may use the shared pool. A prefetch run holds a pool thread while it runs or waits,
     so lanes beyond this many cannot run at once: AUTOTUNE does not try them (explicit num_threads stay)."""
-    pool_id = stage_def.stage_subgraph_thread_pool_id
-    if not stage_def.use_stage_subgraph_thread_pool or pool_id == AUTOTUNE or config is None:
+    pool_id = settings.pool
+    if pool_id is None or config is None:
         return None
     if pool_id >= len(config.session_inter_op_thread_pool):
         return None  # check_stage_pool names the missing pool
     return config.session_inter_op_thread_pool[pool_id].num_threads or os.cpu_count() or 1
 
 
-def check_stage_pool(stage_def: StageDef, config: config_pb2.ConfigProto | None) -> None:
+def check_stage_pool(settings: StageSettings, config: config_pb2.ConfigProto | None) -> None:
     """Raises StageRuntimeError when a stage asks for a pool index the session does not have."""
-    if not stage_def.use_stage_subgraph_thread_pool or stage_def.stage_subgraph_thread_pool_id == AUTOTUNE:
+    pool_id = settings.pool
+    if pool_id is None:
         return
-    pool_id = stage_def.stage_subgraph_thread_pool_id
     pools = len(config.session_inter_op_thread_pool) if config is not None else 0
     if pool_id >= pools:
         raise StageRuntimeError(
-            f"stage '{stage_def.name}' runs its prefetch on inter-op thread pool {pool_id} "
+            f"stage '{settings.name}' runs its prefetch on inter-op thread pool {pool_id} "
             f"(use_stage_subgraph_thread_pool=True, stage_subgraph_thread_pool_id={pool_id}), but the "
             f"session has {pools} session_inter_op_thread_pool entries. Create the session with a "
             f"ConfigProto listing at least {pool_id + 1} pools, e.g. "
@@ -122,5 +121,5 @@ def check_stage_pool(stage_def: StageDef, config: config_pb2.ConfigProto | None)
         )
 
 
-__all__ = ["MAIN_POOL", "check_stage_pool", "explicit_pool_threads", "is_local_target", "prefetch_pool_threads", "stage_pools", "tunable_pool",
-           "with_prefetch_pool"]
+__all__ = ["MAIN_POOL", "check_stage_pool", "explicit_pool_threads", "is_local_target", "prefetch_pool_threads",
+           "stage_pools", "tunable_pool", "with_prefetch_pool"]
