@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from smartstage.errors import ConfigError
+from smartstage.graph.eager import require_graph_mode
 from smartstage.runtime.stage.settings import AUTOTUNE
 
 # TensorFlow's rule for a name scope (tensorflow/python/framework/ops.py, _VALID_SCOPE_NAME_REGEX).
@@ -29,6 +30,7 @@ def check_staged_arguments(features: Any, feed_dict: Any, name: Any) -> None:
         before:  staged(x, name="bad name!")    # ValueError from TensorFlow's name scope
         after:   ConfigError: staged(): name='bad name!' is not a valid name scope; ...
     """
+    require_graph_mode("staged()", features)
     _check_name(name)
     _check_feed_dict(feed_dict)
     _check_not_in_loop(features)
