@@ -72,6 +72,11 @@ def stage_edits(view: GraphView, inputs: tuple[str, ...], log: EditLog) -> None:
         log.add_node(node)
 
 
+def _renamed(raw: str, old: str, new: str) -> str:
+    src = input_source(raw)
+    return raw if src != old else raw.replace(old, new, 1)
+
+
 def analyse(traced: TracedStep, tables: dict[int, object], read_only: bool = True) -> Analysis:
     """The step's partition: its graph staged at its inputs, optimized with the v1 rules.
 
@@ -81,14 +86,19 @@ def analyse(traced: TracedStep, tables: dict[int, object], read_only: bool = Tru
     view = GraphView(traced.graph_def)
     states = classify(traced, view, tables, read_only)
     # Two logs: a node keeps its name when a stand-in of another op type takes its place (remove, then add).
-    nodes = stand_ins(view, states, tables, traced)
+    nodes, renamed = stand_ins(view, states, tables, traced)
     removals = EditLog(view)
-    for node in nodes:
-        removals.remove_node(node.name)
+    for name in [*renamed, *(n.name for n in nodes if n.name in view)]:
+        removals.remove_node(name)
     emptied = apply_to_graph_def(traced.graph_def, removals.edits, view)
     log = EditLog(GraphView(emptied))
     for node in nodes:
         log.add_node(node)
+    replaced = {n.name for n in nodes}
+    for old, new in renamed.items():
+        for reader in view.consumers(old):
+            if reader not in replaced:
+                log.set_inputs(reader, [_renamed(s, old, new) for s in log.inputs_of(reader)])
     random_state_edits(view, log)
     stage_edits(view, traced.inputs, log)
     graph_def = apply_to_graph_def(emptied, log.edits, log.view)

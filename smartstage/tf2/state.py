@@ -166,15 +166,31 @@ def _table_name(table) -> str:
     return getattr(table, "name", None) or type(table).__name__
 
 
+def stand_in_name(state: CapturedState, taken) -> str:
+    """The analysis graph's name for a variable or table capture: what the user named it ("captured/embedding"),
+    so a pin reads "reads variable 'captured/embedding'" instead of naming a placeholder after a resource id."""
+    if state.kind not in (VARIABLE, READ_ONLY_VARIABLE, READ_ONLY_TABLE, TABLE) or state.name == state.placeholder:
+        return state.placeholder
+    base = "captured/" + "".join(c if c.isalnum() or c in "._-/" else "_" for c in state.name.rpartition(":0")[0]
+                                 or state.name)
+    name, i = base, 1
+    while name in taken:
+        name, i = f"{base}_{i}", i + 1
+    taken.add(name)
+    return name
+
+
 def stand_ins(view: GraphView, states: list[CapturedState], tables: dict[int, object],
-              traced: TracedStep) -> list[node_def_pb2.NodeDef]:
-    """The nodes that take the place of the same-named nodes of the step's graph (module docstring)."""
+              traced: TracedStep) -> tuple[list[node_def_pb2.NodeDef], dict[str, str]]:
+    """The nodes that take the place of nodes of the step's graph (module docstring), and the new name of
+    each capture placeholder that gets one (stand_in_name)."""
     by_placeholder = {c.placeholder: c for c in traced.captures}
-    nodes = []
+    nodes, renamed, taken = [], {}, set(view.names())
     for state in states:
         ph = state.placeholder
+        name = renamed[ph] = stand_in_name(state, taken)
         if state.kind in (VARIABLE, READ_ONLY_VARIABLE):
-            nodes.append(_stand_in(ph, "VarHandleOp", dtype=_attr_type(tf.float32),
+            nodes.append(_stand_in(name, "VarHandleOp", dtype=_attr_type(tf.float32),
                                    shared_name=attr_value_pb2.AttrValue(s=state.name.encode())))
         if state.kind == READ_ONLY_VARIABLE:
             for reader in view.consumers(ph):
@@ -185,11 +201,11 @@ def stand_ins(view: GraphView, states: list[CapturedState], tables: dict[int, ob
             table = tables.get(id(by_placeholder[ph].external))
             key, value = (table.key_dtype, table.value_dtype) if table is not None else (tf.string, tf.int64)
             op = "HashTableV2" if state.kind == READ_ONLY_TABLE else "MutableHashTableV2"
-            nodes.append(_stand_in(ph, op, key_dtype=_attr_type(key), value_dtype=_attr_type(value),
+            nodes.append(_stand_in(name, op, key_dtype=_attr_type(key), value_dtype=_attr_type(value),
                                    shared_name=attr_value_pb2.AttrValue(s=state.name.encode())))
         elif state.kind == VALUE:
             nodes.append(_const(ph, view.node(ph).attr["dtype"].type))
-    return nodes
+    return nodes, {old: new for old, new in renamed.items() if old != new}
 
 
 def random_state_edits(view: GraphView, log: EditLog) -> None:
@@ -202,4 +218,4 @@ def random_state_edits(view: GraphView, log: EditLog) -> None:
         log.set_inputs(name, tuple(log.inputs_of(name)) + (f"^{RANDOM_STATE}",))
 
 
-__all__ = ["CapturedState", "classify", "random_state_edits", "stand_ins", "static_tables", "step_roots", "RANDOM_STATE"]
+__all__ = ["CapturedState", "classify", "random_state_edits", "stand_in_name", "stand_ins", "static_tables", "step_roots", "RANDOM_STATE"]

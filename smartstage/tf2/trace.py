@@ -52,12 +52,16 @@ class TracedStep:
     @property
     def targets(self) -> list[str]:
         """What the training step runs: its outputs, and the control outputs it runs for their effects
-        (updates, prints). A FuncGraph lists every stateful op as a control output, reads and lookups too:
-        those are no targets (a read serves its readers, and the partition judges it by what it reads)."""
-        from smartstage.graph.op_types import MOVABLE_STATEFUL_OPS, TABLE_READ_OPS, VARIABLE_READ_OPS
+        (updates, prints). A FuncGraph lists every stateful op as a control output, reads, lookups and
+        checks too: those are no targets. A read serves its readers; an Assert (or a functional op such as
+        assert_*'s AssertGuard) is judged by the partition by what it runs, and wherever it lands it runs
+        once per batch (surgery re-routes its control edges)."""
+        from smartstage.graph.op_types import (FUNCTIONAL_OPS, MOVABLE_STATEFUL_OPS, ORDER_FREE_STATEFUL_OPS,
+                                               TABLE_READ_OPS, VARIABLE_READ_OPS)
 
         graph = self.concrete.graph
-        reads = VARIABLE_READ_OPS | TABLE_READ_OPS | MOVABLE_STATEFUL_OPS
+        reads = VARIABLE_READ_OPS | TABLE_READ_OPS | MOVABLE_STATEFUL_OPS | FUNCTIONAL_OPS | (
+            ORDER_FREE_STATEFUL_OPS - {"Print", "PrintV2"})
         effects = [n for n in self.control_outputs if graph.get_operation_by_name(n).type not in reads]
         names = [t.rpartition(":")[0] for t in self.outputs] + effects
         return list(dict.fromkeys(n for n in names if n not in self.inputs))

@@ -85,3 +85,30 @@ def test_tuple_elements_and_unpacked_arguments():
     split = sst.split(step, ds)
     assert "StringLength" in split.moved
     assert [float(split.step(batch)) for batch in split.dataset] == expected
+
+
+def test_random_ops_stay_and_an_assert_moves_and_still_runs():
+    w = tf.Variable(1.0)
+
+    @tf.function
+    def step(x):
+        length = tf.cast(tf.strings.length(x), tf.float32)
+        checked = tf.debugging.assert_less(length, 10.0)  # an Assert that guards the loss
+        with tf.control_dependencies([checked]):
+            noisy = length + tf.random.uniform(tf.shape(length), seed=3)  # a stateful random op
+        loss = tf.reduce_sum(noisy * w)
+        w.assign_add(0.01)
+        return loss
+
+    ds = tf.data.Dataset.from_tensor_slices(["ab", "cde", "f", "ghij"]).batch(2)
+    split = sst.split(step, ds)
+    assert "StringLength" in split.moved
+    random = next(n for n in split.pinned if n.endswith("RandomUniform"))
+    assert "smartstage/random_state" in split.pinned[random].describe()
+    assert any("Assert" in n for n in split.moved)
+    assert len([float(split.step(b)) for b in split.dataset]) == 2
+    too_long = tf.data.Dataset.from_tensor_slices(["a" * 12]).batch(1)
+    split = sst.split(step, too_long)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="assertion failed"):
+        for batch in split.dataset:  # the moved Assert runs on the prefetch side, once per batch
+            split.step(batch)
