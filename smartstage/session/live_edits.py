@@ -125,6 +125,12 @@ class _Net:
                 self.stage_defs[edit.stage_def.name] = edit.stage_def
             elif not isinstance(edit, MoveToEnd):  # no node order in a live graph
                 raise GraphError(f"{where}: unknown edit kind {type(edit).__name__}")
+        for name, inputs in [*self.inputs.items(), *((n.name, n.input) for n in self.added.values())]:
+            for raw in inputs:
+                source = parse_tensor_name(raw).node
+                if source not in self.added and not self.exists(source):
+                    raise GraphError(f"node {name!r} would read {raw!r}, and the session's graph has no such node "
+                                     "after the edits")
 
     def exists(self, name: str) -> bool:
         try:
