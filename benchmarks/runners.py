@@ -29,7 +29,7 @@ what staged(num_threads=..., use_stage_subgraph_thread_pool=...) records. The ca
 into the buffer queue, so each capacity of the grid is its own graph (ConfigRunner(capacity=...)).
 
 Workload.device_ms emulates an accelerator (benchmarks/accelerator.py): the model's compute becomes a
-host-idle wait of that many ms per step on a tiny model, the input pipeline stays as it is. Workload.gpu
+host-idle wait of that many ms per step, the input pipeline stays as it is. Workload.gpu
 runs the real model on a real GPU, with SmartStage's `do_smart_stage_gpu` (no emulation).
 
 Workload.one_core_per_side emulates a machine where the prefetch side has its own core: every
@@ -47,7 +47,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
 import smartstage as ss
-from benchmarks.accelerator import device_options, with_device_step
+from benchmarks.accelerator import build_device_model
 from smartstage.examples import (
     CriteoFiles,
     DLRMOptions,
@@ -203,9 +203,6 @@ class Sample:
 
 
 def _model_options(workload: Workload):
-    if workload.device_ms > 0:
-        return device_options(workload.model) if workload.size == "benchmark" else (
-            DLRMOptions() if workload.model == "dlrm" else WideDeepOptions())
     if workload.model == "dlrm":
         return DLRMOptions.benchmark() if workload.size == "benchmark" else DLRMOptions()
     if workload.model == "wide_deep":
@@ -236,11 +233,12 @@ def build_model(workload: Workload, files: CriteoFiles, config: Config,
     stage_fn = (functools.partial(ss.staged, **stage_arguments(workload, capacity))
                 if config.stage in ("staged", "smart") else no_stage)
     builder = build_dlrm if workload.model == "dlrm" else build_wide_deep
+    if workload.device_ms > 0:  # the same input pipeline; the model's compute a host-idle wait
+        builder = functools.partial(build_device_model, model=workload.model, device_ms=workload.device_ms)
     graph = tf.Graph()
     with graph.as_default():
         model = builder(files.data_path, files.vocabulary_paths, stage_fn=stage_fn,
                         options=_model_options(workload), input_options=input_options)
-        model = with_device_step(model, workload.device_ms)  # the model itself when device_ms is 0
     return graph, model
 
 
