@@ -133,3 +133,20 @@ def test_the_held_out_best_grid_point_is_picked_on_the_other_repeats():
     # repeat 2: a 89, b 84.5 -> a (70)
     assert held.median == pytest.approx(80 / 84) and held.high == pytest.approx(80 / 70)
     assert held.low == pytest.approx(80 / 85)
+
+
+def test_tf2_smoke_measures_every_program(tmp_path):
+    # Its own process (eager mode, TensorFlow 2's default, which the suite's conftest turns off here).
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.tf2", "--smoke", "--out", str(tmp_path)], cwd=REPO_ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = _latest(tmp_path, "tf2")
+    assert [s["device_ms"] for s in result["settings"]] == [0.0, 5.0]
+    for setting in result["settings"]:
+        for program in ("in_model", "handwritten", "smartstage"):
+            assert setting["steps_per_second"][program]["spread"]["median"] > 0, program
+            assert setting["losses_identical"][program], program
+        assert "moved" in setting["split_notes"]
+    assert "| CPU |" in proc.stdout and "| accelerator (emulated, 5 ms/step) |" in proc.stdout
+    assert ">= 0.95x hand-written" in (tmp_path / "tf2-latest.md").read_text()
