@@ -60,7 +60,68 @@ def test_embedding_column_do_fusion_builds_the_stock_column(graph):
     column = dtf.feature_column.categorical_column_with_hash_bucket("c", 10)
     fused = dtf.feature_column.embedding_column(column, 4, combiner="mean", do_fusion=True)
     stock = tf.compat.v1.feature_column.embedding_column(column, 4, combiner="mean")
-    assert type(fused) is type(stock) and fused.dimension == stock.dimension and fused.combiner == stock.combiner
+    assert fused._replace(initializer=None) == stock._replace(initializer=None)  # each call makes its initializer
+    shared = dtf.feature_column.shared_embedding_columns([column], 4, do_fusion="v2")
+    assert [c.dimension for c in shared] == [4]
+
+
+# -- DeepRec-only keywords of stock APIs (compat.keywords) -----------------------------------------------------
+
+
+def _wide_and_deep_layers(fc, **deeprec):
+    """features -> input_layer(embedding, numeric) and linear_model(categorical, numeric); returns the GraphDef."""
+    with tf.Graph().as_default() as graph:
+        tf.compat.v1.set_random_seed(3)
+        features = {"c": tf.constant([["a"], ["b"], ["a"]]), "n": tf.constant([[1.0], [2.0], [3.0]])}
+        category = fc.categorical_column_with_hash_bucket("c", 10)
+        number = fc.numeric_column("n")
+        deep = fc.input_layer(features, [fc.embedding_column(category, 4, **deeprec), number], **deeprec)
+        wide = fc.linear_model(features, [category, number], units=1, sparse_combiner="sum", **deeprec)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            values = sess.run([deep, wide])
+        return graph.as_graph_def(), values
+
+
+@pytest.mark.parametrize("do_fusion", [True, "v2", False, None])
+def test_do_fusion_on_input_layer_linear_model_and_embedding_column_builds_the_stock_graph(do_fusion):
+    # wide_and_deep's --emb_fusion True passes do_fusion to linear_model: stock TensorFlow raised a TypeError.
+    fused, fused_values = _wide_and_deep_layers(dtf.feature_column, do_fusion=do_fusion)
+    stock, stock_values = _wide_and_deep_layers(tf.compat.v1.feature_column)
+    assert [(n.name, n.op, list(n.input)) for n in fused.node] == [(n.name, n.op, list(n.input)) for n in stock.node]
+    for got, expected in zip(fused_values, stock_values):
+        np.testing.assert_array_equal(got, expected)
+
+
+REFUSED_KEYWORDS = [
+    (lambda: dtf.feature_column.input_layer({}, [], adaptive_mask_tensors={"c": dtf.ones([2], dtf.int32)}),
+     "input_layer(adaptive_mask_tensors=...)", "--adaptive_emb False"),
+    (lambda: dtf.train.MonitoredTrainingSession(save_incremental_checkpoint_secs=60),
+     "MonitoredTrainingSession(save_incremental_checkpoint_secs=...)", "--incremental_ckpt left out"),
+    (lambda: dtf.get_multihash_variable("item", [[10, 4], [10, 4]]), "tf.get_multihash_variable", "--multihash False"),
+    (lambda: dtf.config.experimental.enable_distributed_strategy(strategy="collective"),
+     "enable_distributed_strategy", "--group_embedding None"),
+]
+
+
+@pytest.mark.parametrize("call, feature, turn_off", REFUSED_KEYWORDS, ids=[r[2].split()[0] for r in REFUSED_KEYWORDS])
+def test_a_refused_deeprec_keyword_names_the_flag_that_turns_it_off(graph, call, feature, turn_off):
+    with pytest.raises(DeepRecFeatureError) as error:
+        call()
+    assert feature in str(error.value) and turn_off in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_deeprec_keyword_left_at_its_default_is_the_stock_call(graph):
+    features = {"n": tf.constant([[1.0]])}
+    layer = dtf.feature_column.input_layer(features, [dtf.feature_column.numeric_column("n")],
+                                           adaptive_mask_tensors=None)
+    assert layer.shape.as_list() == [1, 1]
+
+
+def test_an_unknown_keyword_is_named_never_a_type_error_from_inside_tensorflow(graph):
+    with pytest.raises(DeepRecFeatureError, match=r"linear_model: argument 'fuse_all' is neither stock TensorFlow's "
+                                                  r"\(features, feature_columns, units, .*\) nor a DeepRec keyword"):
+        dtf.feature_column.linear_model({}, [], fuse_all=True)
 
 
 # -- DeepRec's flag spellings ----------------------------------------------------------------------------------
