@@ -37,6 +37,7 @@ import tensorflow as tf
 from smartstage.examples.data import CATEGORICAL_COLUMNS
 from smartstage.examples.feature_pipeline import build_feature_pipeline
 from smartstage.examples.features import categorical_inputs, combined_ids
+from smartstage.examples.graph_mode import builds_a_v1_graph
 from smartstage.examples.inputs import finish_initialization
 from smartstage.examples.options import DLRMOptions, InputOptions, ModelGraph, StageFn, WideDeepOptions, no_stage
 
@@ -94,6 +95,7 @@ def _summary(tensor) -> tf.Tensor:
     return tf.math.log1p(tf.abs(tf.reduce_mean(tf.cast(values, tf.float32))))  # ids reach 10^6: keep it small
 
 
+@builds_a_v1_graph
 def build_device_model(
     data_path: str,
     vocabulary_paths=None,
