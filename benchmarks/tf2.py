@@ -89,6 +89,30 @@ def smartstage_split(step: Callable, raw: tf.data.Dataset, tables: Tables) -> tu
     return split.dataset, split.step, split.summary()
 
 
+def side_millis(files, options: Tf2Options, steps: int) -> dict[str, Spread]:
+    """The two sides alone, on one fixed batch, ms per call: the step with its preprocessing inside, the step on
+    preprocessed features, and the preprocessing as a tf.function. With a core for each side, overlapping them
+    bounds the speed-up of moving the preprocessing out at about in_model_step / max(train_step, preprocess)."""
+    tables = Tables(files, options)
+    _, num_ids = id_space(tables, options)
+    preprocess = make_preprocess(tables, options)
+    columns = next(iter(raw_batches(files, options)))
+    features = preprocess(columns)
+    calls = {"in_model_step": (in_model_step(Model(num_ids, options), preprocess), columns),
+             "train_step": (preprocessed_step(Model(num_ids, options)), features),
+             "preprocess": (tf.function(preprocess), columns)}
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(3):
+        for name, (function, argument) in calls.items():
+            tf.nest.map_structure(lambda t: t.numpy(), function(argument))  # traced and warm
+            start = time.perf_counter()
+            for _ in range(steps):
+                result = function(argument)
+            tf.nest.map_structure(lambda t: t.numpy(), result)
+            times[name].append((time.perf_counter() - start) / steps * 1000)
+    return {name: Spread.of(values) for name, values in times.items()}
+
+
 def build_programs(files, options: Tf2Options) -> dict[str, Program]:
     tables = Tables(files, options)
     _, num_ids = id_space(tables, options)
@@ -112,6 +136,7 @@ def measure(files, options: Tf2Options, mode: Mode) -> dict[str, Any]:
     identical = {name: losses[name] == losses["in_model"] for name in PROGRAMS}
     for program in programs.values():
         program.run(mode.warmup)
+    sides = side_millis(files, options, max(mode.steps // 4, 2))
     rates: dict[str, list[float]] = {name: [] for name in PROGRAMS}
     loads = []
     for round_ in range(mode.repeats):
@@ -132,6 +157,8 @@ def measure(files, options: Tf2Options, mode: Mode) -> dict[str, Any]:
         "check_steps": mode.check_steps,
         "first_losses": {name: values[:3] for name, values in losses.items()},
         "load_average_per_round": loads,
+        "sides_ms": sides,
+        "overlap_limit": sides["in_model_step"].median / max(sides["train_step"].median, sides["preprocess"].median),
         "split_notes": programs["smartstage"].notes,
     }
 
@@ -168,10 +195,26 @@ def report_text(result: dict[str, Any]) -> str:
         limit = setting["ratios"]["handwritten/in_model"]["spread"]
         checks.append([name, ">= 0.95x hand-written", f"{hand.median:.2f}x",
                        "met" if hand.median >= 0.95 else "NOT met"])
-        checks.append([name, ">= 1.3x in-model (the limit: hand-written / in-model "
-                       f"{limit.median:.2f}x)", f"{base.median:.2f}x",
-                       "met" if base.median >= 1.3 else ("not met: limited" if limit.median < 1.3 else "NOT met")])
+        overlap = setting["overlap_limit"]
+        if base.median >= 1.3:
+            verdict = "met"
+        elif overlap < 1.3:
+            verdict = f"not met: the limit is {overlap:.2f}x (sides below)"
+        elif limit.median < 1.3:
+            verdict = f"not met: the hand-written map reaches {limit.median:.2f}x here too (no free core)"
+        else:
+            verdict = "NOT met"
+        checks.append([name, f">= 1.3x in-model where the limit allows (limit {overlap:.2f}x)", f"{base.median:.2f}x",
+                       verdict])
     lines.append(markdown_table(["setting", "target", "measured (median)", "result"], checks))
+    lines += ["", "## The sides alone (one fixed batch, ms per call, median (min-max) of 3)", ""]
+    sides = [[_setting_name(s["device_ms"]), *(s["sides_ms"][k].text(2) for k in ("in_model_step", "train_step",
+                                                                                  "preprocess")),
+              f"{s['overlap_limit']:.2f}x"] for s in result["settings"]]
+    lines.append(markdown_table(["setting", "in-model step", "step on preprocessed features", "preprocess alone",
+                                 "limit: in-model / max(step, preprocess)"], sides))
+    lines += ["", "The limit holds with a free core for each side; on a shared machine the hand-written map's own "
+              "ratio shows what the cores allowed in the same rounds."]
     loads = [setting["load_average_per_round"] for setting in result["settings"]]
     lines += ["", f"Load average (1 min) after each round: {[[l[0] for l in ls if l] for ls in loads]}; "
               f"at the end {result['load_average_at_end']}.", ""]
