@@ -14,7 +14,6 @@ from pathlib import Path
 EXIT_OK, EXIT_DIFFERENT, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-
 class CommandFailed(Exception):
     """A one-line error from the CLI itself (bad paths and flags found after parsing)."""
 

@@ -14,7 +14,6 @@ from smartstage.cli.common import EXIT_DIFFERENT, EXIT_OK, print_summary, progre
 DEMO_LIST_LIMIT, DEMO_PINNED_LIMIT = 20, 6  # the demo's text: every move, a taste of the pins
 
 
-
 def demo_command(args) -> int:
     """Builds smartstage.examples' demo graph on a small synthetic CSV, optimizes it, prints the diff."""
     if args.out:

@@ -18,11 +18,11 @@ import argparse
 import os
 import sys
 from typing import Sequence
+
 from smartstage.cli.commands import diff_command, explain_command, optimize_command, verify_command
 from smartstage.cli.common import (EXIT_ERROR, EXIT_INTERRUPTED, CommandFailed, package_version, positive_int,
                                    print_error)
 from smartstage.cli.demo import demo_command
-
 
 
 def main(argv: Sequence[str] | None = None) -> int:

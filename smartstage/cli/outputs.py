@@ -11,7 +11,6 @@ replaced by another process meanwhile), the renamed ones are put back as they we
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import tempfile
@@ -19,8 +18,6 @@ from pathlib import Path
 from typing import Callable
 
 from smartstage.graph.load import new_file_mode, temp_file_beside, user_path_error
-
-logger = logging.getLogger(__name__)
 
 
 class CommandOutputs:

@@ -21,7 +21,6 @@ rewritten) and gives TensorFlow the stock config with a prefetch pool (session_c
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Iterable
 
 import tensorflow as _tf
@@ -30,7 +29,6 @@ from smartstage.config.options import options_from_config
 from smartstage.session.monitored import SmartMonitoredSession, smart_hooks
 from smartstage.session.session import prepare_graph, session_config
 
-logger = logging.getLogger(__name__)
 _train = _tf.compat.v1.train
 
 

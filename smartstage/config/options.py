@@ -91,11 +91,6 @@ class SmartStageOptions:
     def enabled(self) -> bool:
         return self.do_smart_stage or self.do_smart_stage_gpu or self.auto_stage is not None
 
-    def with_(self, **changes: Any) -> "SmartStageOptions":
-        return replace(self, **changes)
-
-
-
 
 def _auto_stage_from_deeprec(message) -> AutoStageOptions:
     runner = message.runner_options
@@ -279,7 +274,7 @@ def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = F
                               f"(custom_optimizers) or optimize(..., {which}=...)")
         oo = config.graph_options.optimizer_options
         if auto_stage:
-                oo.smart_stage_options.CopyFrom(deeprec_smart_stage_options(
+            oo.smart_stage_options.CopyFrom(deeprec_smart_stage_options(
                 auto_stage.capacity, auto_stage.num_threads, auto_stage.num_clients, auto_stage.timeout_millis,
                 error_codes(auto_stage.closed_exception_types, "AutoStageOptions.closed_exception_types"),
                 error_codes(auto_stage.ignored_exception_types, "AutoStageOptions.ignored_exception_types"),

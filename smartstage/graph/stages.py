@@ -55,9 +55,6 @@ class StageBoundary:
         inputs = view.data_inputs(self.put)
         return inputs[1:] if self.kind == FIFO else inputs
 
-    def put_handle_inputs(self, view: GraphView) -> list[TensorName]:
-        return view.data_inputs(self.put)[:1] if self.kind == FIFO else []
-
 
 def _shared_name(node) -> tuple[bytes, bytes]:
     return node.attr["container"].s if "container" in node.attr else b"", node.attr["shared_name"].s if "shared_name" in node.attr else b""

@@ -1,4 +1,4 @@
-"""GraphDiff: what changed between two graphs, as data. Renderers (smartstage.render) draw it.
+"""GraphDiff: what changed between two graphs, as data. Renderers (smartstage.inspection.render) draw it.
 
     before:  reader -> put ~~ take -> hash -> lookup(w)
     after:   reader -> hash -> put ~~ take -> lookup(w)
@@ -6,7 +6,7 @@
                                                   to="prefetch", ...),)
 
 Works for ANY two graphs: the stages of each are found with find_stages and every node gets a side
-(smartstage.sides); a node moved when it is on a stage's prefetch side in one graph and on the main
+(smartstage.inspection.sides); a node moved when it is on a stage's prefetch side in one graph and on the main
 side (or another stage's prefetch side) in the other. With the OptimizeResult that produced `after`,
 the diff also lists every pinned node with its reason and the chain from the pinning cause.
 

@@ -14,7 +14,7 @@ cluster started for the check: `check.cluster` is its ClusterSpec.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from smartstage.errors import ConfigError, TargetError
 from smartstage.graph.names import parse_tensor_name
@@ -22,12 +22,15 @@ from smartstage.graph.load import TARGET_COLLECTIONS, load_graph
 from smartstage.inspection.loopback import START_SECONDS, TRAINER_JOB, LoopbackCluster
 from smartstage.inspection.placement import stage_placements
 
+if TYPE_CHECKING:  # replay imports TensorFlow: loaded when verify_rewrite runs
+    from smartstage.inspection.replay import Comparison
+
 
 @dataclass(frozen=True)
 class RewriteCheck:
     """The comparison of the runs, and what was fetched in each graph."""
 
-    comparison: object  # smartstage.compare.Comparison
+    comparison: Comparison
     fetches: tuple[str, ...]
     after_fetches: tuple[str, ...]
     result: object  # the OptimizeResult whose graph ran as "after"

@@ -12,14 +12,7 @@ shape of the graph:
 
 from __future__ import annotations
 
-import logging
-
 from smartstage.graph.stages import find_stages
-
-logger = logging.getLogger(__name__)
-
-
-
 
 
 class FindStages:

@@ -17,8 +17,6 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from tensorflow.core.framework import graph_pb2
-
 from smartstage.graph.view import GraphView
 from smartstage.graph.op_types import is_stateful_op, op_def
 from smartstage.graph.op_types import CONTROL_FLOW_OPS, FEED_OPS, FUNCTIONAL_OPS, INPUT_OPS, MOVABLE_STATEFUL_OPS, MUTABLE_STATE_OPS, READ_ONLY_TABLE_OPS, STAGE_OPS, TABLE_READ_OPS, VARIABLE_OPS, VARIABLE_READ_OPS
@@ -236,7 +234,3 @@ def _called_functions(node) -> list[str]:
                 names.append(value.func.name)
             names.extend(f.name for f in value.list.func)
     return names
-
-
-def function_library_names(graph_def: graph_pb2.GraphDef) -> set[str]:
-    return {f.signature.name for f in graph_def.library.function}

@@ -5,6 +5,37 @@
         while not sess.should_stop():
             sess.run(train_op)
 
+Rooms, in the order they run (each imports only the rooms above it in this list; lanes and tuning never
+import each other):
+
+    stage/      build time: what staged() writes into the user's graph
+        build.py        staged(): the buffer, put, take and guard ops, and the StageDef
+        arguments.py    staged()'s argument checks (a ConfigError naming the argument)
+        metadata.py     the StageDef collection: StageRecord, add_stage_def, stage_defs
+        targets.py      mark_target_node: the nodes the main side must keep
+        settings.py     AUTOTUNE, and StageSettings.from_def(): the -1 marker resolved once for the runtime
+    lanes/      session start: graph surgery before the graph is finalized (starts no thread)
+        split.py        split_prefetch_side: the serial head and the parallel body (graph/heads.py's rule)
+        lanes.py        LaneGraph, lane_graph, prepare_lanes: a stage's ordered lanes
+        handoff.py      the body copy each lane runs on the head's values, inside TensorFlow
+        remote.py       lanes on input tasks (RemotePlan, InputTaskError)
+    tuning/     while training, pure decisions: measurements in, settings out (touches no graph)
+        meter.py        StageMeter, Window: what a producer measures per batch and window
+        autotune.py     Tuner (its Mode), TuningDecision, PipelineStats
+        pools.py        the prefetch inter-op pool: made with the session, tried by the tuner
+    producers/  while training, the threads that fill a stage's buffer
+        host.py         ProducerHost and Owner: what a producer may ask of its stage, and a stage of its owner
+        ordered.py      OrderedProducer: tickets, lanes and a merger (input order at any lane count)
+        sharded.py      ShardedProducer: one lane per input task, round-robin
+        unordered.py    UnorderedProducer: deterministic=False, k threads each run the put
+        stage_threads.py    StageThreads: one stage's handles, error policy, lifecycle, watchdog (a ProducerHost)
+        prefetch_threads.py PrefetchThreads, start_prefetch_threads: every stage of a session (an Owner)
+        callables.py, control.py    the producers' TensorFlow callables; bounded control runs
+    hooks/      session lifecycle: start and stop the producers, observe, re-initialise
+        prefetch_hook.py    PrefetchHook, make_prefetch_hook (MonitoredTrainingSession)
+        pipeline_hook.py    PipelineHook: what limits the speed, per stage
+        reinit.py           ReinitWatch, run_initializer: empty and refill a stage when its input restarts
+
 See docs/runtime.md.
 """
 

@@ -4,7 +4,7 @@
     dot_to_svg(source)  # runs the `dot` binary (apt: graphviz); GraphvizMissing when it is not installed
 
 The boundary tensors label the edges into each put and the put -> take edge between the clusters.
-Large graphs are collapsed by name scope (see smartstage.render.drawing).
+Large graphs are collapsed by name scope (see smartstage.inspection.render.drawing).
 """
 
 from __future__ import annotations

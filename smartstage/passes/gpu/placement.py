@@ -39,8 +39,6 @@ buffer's GPU and boundary memory (step 3's analysis) in gpu_placement_buffer.
 
 from __future__ import annotations
 
-import logging
-
 from tensorflow.core.framework import graph_pb2, node_def_pb2
 
 from smartstage.graph.edits import apply_to_graph_def, dedupe_controls
@@ -75,8 +73,6 @@ from smartstage.passes.gpu.devices import (
 )
 from smartstage.passes.gpu.kernels import DEVICE, has_kernel
 from smartstage.passes.gpu.prefetch_sides import PrefetchSides, prefetch_sides
-
-logger = logging.getLogger(__name__)
 
 COPY_SCOPE = "prefetch_copy"
 MAX_COPY_BYTES = 1 << 20  # total NodeDef bytes the pass may duplicate (constants are the bulk)

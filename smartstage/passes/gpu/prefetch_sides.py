@@ -5,7 +5,7 @@
     sides.shared                   # those of them the main side evaluates too (a constant both sides read)
     sides.prefetch_only("stage")   # sorted: the side without the shared nodes
 
-Read from the graph as it is now (after the CPU expansion); nothing edits a graph. smartstage.sides labels
+Read from the graph as it is now (after the CPU expansion); nothing edits a graph. smartstage.inspection.sides labels
 every node of any graph with its side; this is the narrower question the placement passes ask.
 """
 

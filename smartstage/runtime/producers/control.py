@@ -13,7 +13,6 @@ import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
 
-
 logger = logging.getLogger(__name__)
 
 CONTROL_RUN_MILLIS = 30000  # close / cancel / ready runs never wait longer than this
