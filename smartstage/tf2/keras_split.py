@@ -113,7 +113,7 @@ def _call_pins(node) -> tuple[str | None, Any]:
     specs = tuple(tf.TensorSpec(t.shape, t.dtype) for t in inputs)
     takes_training = "training" in inspect.signature(operation.call).parameters if hasattr(operation, "call") else False
 
-    def call(*values):
+    def call(values):  # one argument, the tuple of the call's input tensors, whatever their number
         args, kwargs = node.arguments.fill_in({id(t): v for t, v in zip(inputs, values)})
         if takes_training:
             kwargs["training"] = True

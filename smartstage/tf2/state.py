@@ -81,12 +81,23 @@ def static_tables(roots) -> dict[int, object]:
             children = list(obj.values())
         elif isinstance(obj, (list, tuple, set)):
             children = list(obj)
-        elif hasattr(obj, "__dict__") and not isinstance(obj, type) and not callable(getattr(obj, "numpy", None)):
-            children = list(vars(obj).values())
         else:
-            children = []
+            children = _attributes(obj)
         todo.extend((c, depth + 1) for c in children)
     return found
+
+
+def _attributes(obj) -> list:
+    """The attribute values of a plain object; nothing for modules, classes, tensors and lazy proxies (a
+    Keras LazyModule raises ImportError on any attribute)."""
+    if isinstance(obj, (type, type(gc))) or type(obj).__name__ == "LazyModule":
+        return []
+    try:
+        if callable(getattr(obj, "numpy", None)):
+            return []
+        return list(vars(obj).values())
+    except Exception:  # an object whose attributes cannot be read is no table holder
+        return []
 
 
 def step_roots(step) -> list:
