@@ -126,12 +126,12 @@ class OrderedProducer:
         lane = lanes.lanes[index]
         runs = []
         if "direct" in parts and lanes.put_occupancy is not None:
-            runs.append(([lanes.put_occupancy], options))  # the rare byte-measuring runs go through run()
+            runs.append((self._direct_fetches(), options))
         if "lane" in parts:
             runs.append(([lane.occupancy], options))
             if lane.hand_in is not None:
                 targets = [lanes.head_targets] if lanes.head_targets is not None else []
-                runs += [([lane.hand_in, *targets], options), ([lane.enqueue], self.host.body_run_options)]
+                runs += [([lane.hand_in, *targets], options), (self._body_fetches(index), self.host.body_run_options)]
         with self._cond:
             self._warming += 1
         try:
@@ -142,6 +142,22 @@ class OrderedProducer:
         finally:
             with self._cond:
                 self._warming -= 1
+
+    def _direct_fetches(self) -> list:
+        """The one-lane put's fetches: with lanes, the occupancy and the batch's bytes, every run. A run
+        that fetched the bytes only now and then would be a second fetch list, and every fetch list's
+        executors are built once, stalling the whole session while they are (callables.py): on the
+        Wide&Deep port the first byte-measuring run took 1.7 s, inside the first step."""
+        if self.lanes is None:
+            return [self.host.put]
+        return [self.lanes.put_occupancy, self.lanes.batch_bytes]
+
+    def _body_fetches(self, index: int) -> list:
+        """A lane's body run; lane 0's always fetches the batch's bytes too (one fetch list, one build)."""
+        lane = self.lanes.lanes[index]
+        if index != 0:
+            return [lane.enqueue]
+        return [lane.enqueue, lane.batch_bytes if lane.batch_bytes is not None else self.lanes.batch_bytes]
 
     def _lanes_ready(self) -> bool:
         """Whether an active lane has its executors (under _cond): until one has, worker 0 puts directly."""
@@ -193,12 +209,10 @@ class OrderedProducer:
         started = time.monotonic()
         try:
             feed = host.feed_dict()
-            fetches = [host.put] if self.lanes is None else [self.lanes.put_occupancy]
+            fetches = self._direct_fetches()
             measure_bytes = self.lanes is not None and (ticket < 4 or ticket % 16 == 0)
-            if measure_bytes:
-                fetches.append(self.lanes.batch_bytes)
             with host.in_flight(0):
-                values = self.runs.run(fetches, host.run_options, feed, rare=measure_bytes)
+                values = self.runs.run(fetches, host.run_options, feed)
             if self.lanes is None and self.soft_capacity is not None and host.size is not None:
                 values[0] = self.sess.run(host.size)  # the occupancy the soft cap needs
         except Exception as error:  # noqa: BLE001  classified by the merger, in ticket order
@@ -248,15 +262,13 @@ class OrderedProducer:
         feed = dict(feed)
         if lane.hand_in is None:
             feed.update(zip(self.lanes.split.cut, values))
-        fetches = [lane.enqueue]
-        # lane 0 alone measures: every lane carries the same tensors, and each lane's measuring run is one
-        # more set of executors to build (~0.9 s of CPU on the Wide&Deep port's body)
+        # lane 0 alone measures: every lane carries the same tensors (a lane's own copy of the body: the
+        # original's bytes would run the head again)
+        fetches = self._body_fetches(index)
         measure_bytes = index == 0 and (ticket < 4 or ticket % 16 == 0)
-        if measure_bytes:  # a lane's own copy of the body: the original's bytes would run the head again
-            fetches.append(lane.batch_bytes if lane.batch_bytes is not None else self.lanes.batch_bytes)
         started = time.monotonic()
         try:
-            result = self.runs.run(fetches, self.host.body_run_options, feed or None, rare=measure_bytes)
+            result = self.runs.run(fetches, self.host.body_run_options, feed or None)
         except Exception as error:  # noqa: BLE001
             self._record_error(ticket, self.host.lane_error(error, index))
             return
