@@ -21,8 +21,10 @@ import logging
 from typing import Any, Callable
 
 import tensorflow as tf
-from tensorflow.core.framework import graph_pb2
+from tensorflow.core.framework import attr_value_pb2, graph_pb2
 
+from smartstage.graph.edits import EditLog, apply_to_graph_def
+from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.view import GraphView
 from smartstage.tf2.surgery import Sides
 from smartstage.tf2.trace import TracedStep
@@ -38,13 +40,35 @@ def _capture_map(graph_def: graph_pb2.GraphDef, traced: TracedStep) -> dict[str,
     return {f"{c.placeholder}:0": c.external for c in traced.captures if c.placeholder in names}
 
 
+def without_mapped(graph_def: graph_pb2.GraphDef, mapped) -> graph_pb2.GraphDef:
+    """`graph_def` without the placeholders an import maps: their readers read the mapped tensors, and a
+    placeholder left in a function is an op XLA cannot compile (jit_compile=True)."""
+    view = GraphView(graph_def)
+    log = EditLog(view)
+    removed = set()
+    for name in dict.fromkeys(parse_tensor_name(t).node for t in mapped):
+        if name in view and view.op(name) == "Placeholder":
+            log.remove_node(name)
+            removed.add(name)
+    for node in graph_def.node:  # colocation with a removed placeholder ("loc:@x") goes with it
+        if "_class" in node.attr and node.name not in removed:
+            kept = [c for c in node.attr["_class"].list.s if c.decode().partition("loc:@")[2] not in removed]
+            if len(kept) != len(node.attr["_class"].list.s):
+                value = attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(s=kept)) if kept else None
+                log.set_attr(node.name, "_class", value)
+    return apply_to_graph_def(graph_def, log.edits, view)
+
+
 def _import(graph_def: graph_pb2.GraphDef, input_map: dict[str, tf.Tensor], captures: dict[str, Any],
             returns: list[str]) -> list:
     graph = tf.compat.v1.get_default_graph()
-    full_map = dict(input_map)
+    read = {str(parse_tensor_name(s)) for node in graph_def.node for s in node.input if not s.startswith("^")}
+    full_map = {name: value for name, value in input_map.items() if name in read}
     for name, external in captures.items():
-        full_map[name] = graph.capture(external)  # the user's handle, captured by the function being traced
-    return tf.graph_util.import_graph_def(graph_def, input_map=full_map, return_elements=returns, name=IMPORT_SCOPE)
+        if name in read:
+            full_map[name] = graph.capture(external)  # the user's handle, captured by the function being traced
+    return tf.graph_util.import_graph_def(without_mapped(graph_def, full_map), input_map=full_map,
+                                          return_elements=returns, name=IMPORT_SCOPE)
 
 
 def prefetch_function(sides: Sides, traced: TracedStep) -> Callable:
@@ -54,11 +78,16 @@ def prefetch_function(sides: Sides, traced: TracedStep) -> Callable:
     inputs = traced.inputs
     extra = list(sides.prefetch_extra)
 
+    passed = [t for t in sides.boundary if parse_tensor_name(t).node in inputs]  # inputs that cross as they are
+    computed = [t for t in sides.boundary if t not in passed]
+
     def prefetch_side(*element):
         flat = tf.nest.flatten(element, expand_composites=True)
         input_map = {f"{name}:0": value for name, value in zip(inputs, flat) if name in kept}
-        found = _import(sides.prefetch_graph_def, input_map, captures, list(sides.boundary) + extra)
-        boundary, effects = found[:len(sides.boundary)], found[len(sides.boundary):]
+        found = _import(sides.prefetch_graph_def, input_map, captures, computed + extra) if computed or extra else []
+        values = dict(zip(computed, found))
+        values.update((t, input_map[t]) for t in passed)
+        boundary, effects = [values[t] for t in sides.boundary], found[len(computed):]
         if effects:  # moved ops the main side waited for: they run before the batch is handed over
             with tf.control_dependencies(effects):
                 boundary = [tf.identity(t) for t in boundary]

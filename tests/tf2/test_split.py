@@ -112,3 +112,23 @@ def test_random_ops_stay_and_an_assert_moves_and_still_runs():
     with pytest.raises(tf.errors.InvalidArgumentError, match="assertion failed"):
         for batch in split.dataset:  # the moved Assert runs on the prefetch side, once per batch
             split.step(batch)
+
+
+def test_jit_compile_compiles_the_main_side_only():
+    w = tf.Variable([[0.5], [0.25]])
+
+    @tf.function
+    def step(x, y):
+        feats = tf.stack([tf.strings.length(x), tf.cast(tf.strings.to_hash_bucket_fast(x, 10), tf.int32)], 1)
+        loss = tf.reduce_mean(tf.square(tf.matmul(tf.cast(feats, tf.float32), w)[:, 0] - y))
+        w.assign_sub(0.001 * tf.ones_like(w) * loss)
+        return loss
+
+    ds = tf.data.Dataset.from_tensor_slices((["ab", "cde", "f", "ghij"] * 4, [1.0, 2.0, 3.0, 4.0] * 4)).batch(4)
+    expected = [float(step(x, y)) for x, y in ds]
+    w.assign([[0.5], [0.25]])
+    split = sst.split(step, ds, jit_compile=True)
+    batch = next(iter(split.dataset))
+    assert "HloModule" in split.main_function.experimental_get_compiler_ir(*batch)()  # XLA compiles it
+    got = [float(split.step(b)) for b in split.dataset]
+    np.testing.assert_allclose(got, expected, rtol=1e-6)  # XLA may round differently: close, not identical
