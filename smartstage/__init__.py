@@ -53,6 +53,8 @@ __all__ = sorted(
 
 
 def __getattr__(name: str):
+    if name == "tf2":  # the TF2 entry points (smartstage.tf2), imported on first use like every name here
+        return importlib.import_module("smartstage.tf2")
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'smartstage' has no attribute {name!r}")
