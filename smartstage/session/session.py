@@ -9,7 +9,7 @@ This module: prepare_graph() and the plain ss.Session; ss.MonitoredTrainingSessi
             sess.run(train_op)                                  # the same handles, a rewritten graph
 
 Creating the session reads the flags (options_from_config); when they are on, it rewrites the
-session's live tf.Graph in place, once per graph, before the first step (smartstage.live_rewrite).
+session's live tf.Graph in place, once per graph, before the first step (smartstage.session.live_rewrite).
 Every handle the user holds keeps working because nothing is removed or renamed. Fetches (also a
 hook's SessionRunArgs and a step_fn's runs) of a tensor that moved to the prefetch side are served
 by the take output that carries it; anything else there raises TargetError naming the node.
