@@ -40,6 +40,7 @@ class SplitStep:
     analysis: Analysis
     sides: Sides
     deterministic: bool = True
+    tfdata_service: str | None = None  # the dispatcher the dataset runs on (smartstage.tf2.service)
     main_function: Any = field(default=None, repr=False)  # the tf.function behind `step`
     prefetch_function: Callable | None = field(default=None, repr=False)  # the map function
 
@@ -75,6 +76,10 @@ class SplitStep:
         order = "deterministic=True" if self.deterministic else "deterministic=False (batches may arrive out of order)"
         lines.append(f"dataset: map(prefetch side, num_parallel_calls=AUTOTUNE, {order}).prefetch(AUTOTUNE), "
                      f"{len(self.boundary)} tensor(s) per element")
+        if self.tfdata_service:
+            from smartstage.tf2.service import service_line
+
+            lines.append(service_line(self.tfdata_service))
         return "\n".join(lines)
 
     def diff(self):
@@ -101,7 +106,8 @@ def _check_dataset(dataset) -> None:
 
 
 def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, jit_compile: bool | None = None,
-          num_parallel_calls: int = tf.data.AUTOTUNE, state=(), check_retrace: bool = True) -> SplitStep:
+          num_parallel_calls: int = tf.data.AUTOTUNE, state=(), check_retrace: bool = True,
+          tfdata_service: str | None = None) -> SplitStep:
     """Splits a `tf.function` step: preprocessing into `dataset.map`, the rest into a new step.
 
     step: the @tf.function the loop calls as step(batch) or step(*batch). dataset: what the loop iterates.
@@ -109,11 +115,17 @@ def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, 
     read_only: variables that are not trainable and only read by the step may move (module state.py).
     jit_compile: for the main side (default: the step's own). state: objects holding the step's tables when
     its closure does not reach them (a model, a module). check_retrace: trace twice to catch Python state.
+    tfdata_service: a dispatcher address ("grpc://host:port"): the dataset, moved part included, runs on
+    tf.data service workers (at most once, no fixed order across workers: smartstage.tf2.service).
 
         before:  for batch in ds: train_step(batch)
         after:   ds2, step2 = ss.tf2.split(train_step, ds);  for batch in ds2: step2(batch)
     """
     _check_dataset(dataset)
+    if tfdata_service is not None:
+        from smartstage.tf2.service import check_address
+
+        tfdata_service = check_address(tfdata_service)
     traced = trace_step(step, dataset.element_spec, check_retrace=check_retrace)
     tables = static_tables(step_roots(step) + list(state))
     analysis = analyse(traced, tables, read_only)
@@ -128,6 +140,10 @@ def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, 
     prefetch_fn = prefetch_function(sides, traced)
     main_fn = main_function(sides, traced, traced.jit_compile if jit_compile is None else jit_compile)
     mapped = dataset.map(prefetch_fn, num_parallel_calls=num_parallel_calls, deterministic=deterministic)
+    if tfdata_service is not None:
+        from smartstage.tf2.service import distribute_on_service
+
+        mapped = distribute_on_service(mapped, tfdata_service)
     new_dataset = mapped.prefetch(tf.data.AUTOTUNE)
 
     def split_step(*batch):
@@ -137,7 +153,8 @@ def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, 
     logger.info("split %s: %d op(s) moved, %d boundary tensor(s)", split_step.__name__, len(partition.moved),
                 len(sides.boundary))
     return SplitStep(dataset=new_dataset, step=split_step, traced=traced, analysis=analysis, sides=sides,
-                     deterministic=deterministic, main_function=main_fn, prefetch_function=prefetch_fn)
+                     deterministic=deterministic, tfdata_service=tfdata_service, main_function=main_fn,
+                     prefetch_function=prefetch_fn)
 
 
 __all__ = ["SplitStep", "boundary_specs", "split"]
