@@ -14,6 +14,22 @@ process on 127.0.0.1. Configurations, measured in turn in every repeat (interlea
 
 Prints medians with [min, max] and the speed-up over "trainer x1"; writes
 benchmarks/out/scale_out-latest.json.
+
+    python -m benchmarks.scale_out --cpu-bound          # the trainer's cores are the bound (issue 25)
+
+The CPU-bound case: no storage wait; the stateless preprocessing computes --work rounds of elementwise
+math on a [batch, 256] float tensor, and the training step --train-work dense layers of 512 (each side
+several ms of CPU a batch: a trainer's host that both preprocesses and trains). The trainer process is confined to core
+0 (os.sched_setaffinity, set before TensorFlow starts its threads) and every input-task process to core 1,
+so input tasks add the CPU the trainer does not have. Configurations, interleaved in every repeat:
+
+    trainer, AUTOTUNE   everything on the trainer's core, staged()'s defaults (AUTOTUNE's local lanes)
+    input tasks N       input_job="input", central mode, N = 1, 2 (both tasks share core 1: 2 cores
+                        show one extra core, not how N tasks on N hosts scale)
+
+Beside the steps/s, each configuration's trainer-process CPU per step, and the preprocessing's CPU per
+batch alone, feed a model of larger clusters (benchmarks/scale_out_model.py) that is checked against what
+was measured here. Writes benchmarks/out/scale_out-cpu-latest.json.
 """
 
 from __future__ import annotations
@@ -36,9 +52,11 @@ ROWS = 10_000_000
 
 
 def _serve(argv: list[str]) -> None:
+    job, index, spec, lifetime = argv[0], int(argv[1]), json.loads(argv[2]), float(argv[3])
+    if len(argv) > 4:  # the task's cores, before TensorFlow starts a thread (threads inherit the affinity)
+        os.sched_setaffinity(0, {int(c) for c in argv[4].split(",")})
     import tensorflow as tf
 
-    job, index, spec, lifetime = argv[0], int(argv[1]), json.loads(argv[2]), float(argv[3])
     tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=job, task_index=index)
     time.sleep(lifetime)
 
@@ -55,7 +73,17 @@ def _free_ports(count: int) -> list[int]:
     return ports
 
 
-def _build(read_millis: int, lanes: int):
+def _heavy(x, work: int):
+    """CPU-bound stateless preprocessing: `work` rounds of elementwise math on a [batch, 256] tensor."""
+    import tensorflow as tf
+
+    wide = tf.tile(x, [1, 64])  # [batch, 256]
+    for _ in range(work):
+        wide = tf.sin(wide) * 0.9 + tf.math.log1p(tf.abs(wide)) * 0.1
+    return tf.reduce_mean(tf.reshape(wide, [-1, 4, 64]), axis=2)  # back to [batch, 4]: a small boundary
+
+
+def _build(read_millis: int, lanes: int, work: int = 0, train_work: int = 0):
     import tensorflow as tf
 
     import smartstage as ss
@@ -64,31 +92,42 @@ def _build(read_millis: int, lanes: int):
     ds = tf.data.Dataset.range(ROWS).map(lambda i: tf.cast(tf.stack([i % 97, i % 13, i % 7, i % 5]), tf.float32))
     iterator = tf.compat.v1.data.make_initializable_iterator(ds.batch(BATCH))
     x = iterator.get_next()
-    slow = tf.data.Dataset.from_tensors(x).apply(testing.sleep(read_millis * 1000))
-    x = tf.data.experimental.get_single_element(slow)             # the storage read: latency, no CPU
+    if read_millis:
+        slow = tf.data.Dataset.from_tensors(x).apply(testing.sleep(read_millis * 1000))
+        x = tf.data.experimental.get_single_element(slow)             # the storage read: latency, no CPU
     x = tf.math.log1p(tf.abs(x)) * 2.0 + tf.sqrt(tf.abs(x) + 1.0)  # light stateless preprocessing
-    x = ss.staged(x, capacity=8, num_threads=lanes)
-    w = tf.compat.v1.get_variable("w", [4, 1], initializer=tf.compat.v1.constant_initializer(0.1))
+    if work:
+        x = tf.identity(_heavy(x, work), name="preprocessed")
+    x = ss.staged(x, capacity=8, num_threads=lanes) if lanes else ss.staged(x)  # 0: the defaults (AUTOTUNE)
+    if train_work:  # a CPU-bound training step: train_work dense layers of 512 on the trainer's own core
+        hidden = x
+        for layer in range(train_work):
+            width = int(hidden.shape[-1])
+            kernel = tf.compat.v1.get_variable(f"dense_{layer}", [width, 512],
+                                               initializer=tf.compat.v1.glorot_uniform_initializer(seed=layer))
+            hidden = tf.tanh(tf.matmul(hidden, kernel))
+        x = hidden
+    w = tf.compat.v1.get_variable("w", [int(x.shape[-1]), 1], initializer=tf.compat.v1.constant_initializer(0.1))
     loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0), name="loss")
     train_op = tf.compat.v1.train.GradientDescentOptimizer(0.001).minimize(loss, name="train_op")
     return iterator.initializer.name, train_op.name
 
 
-def _graph(read_millis: int, lanes: int, tasks: int):
+def _graph(read_millis: int, lanes: int, tasks: int, work: int = 0, train_work: int = 0):
     import tensorflow as tf
 
     import smartstage as ss
 
     graph = tf.Graph()
     with graph.as_default():
-        init, train = _build(read_millis, lanes)
+        init, train = _build(read_millis, lanes, work, train_work)
         meta = tf.compat.v1.train.export_meta_graph(graph=graph)
     config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), input_job="input" if tasks else None,
                                    input_tasks=tasks)
     return ss.optimize(meta, config, targets=[train, "loss"]).meta_graph_def, init, train
 
 
-def _measure(meta, init: str, train: str, target: str, steps: int, warmup: int) -> float:
+def _measure(meta, init: str, train: str, target: str, steps: int, warmup: int, cpu: list | None = None) -> float:
     import tensorflow as tf
 
     import smartstage as ss
@@ -102,10 +141,13 @@ def _measure(meta, init: str, train: str, target: str, steps: int, warmup: int) 
             with ss.start_prefetch_threads(sess):
                 for _ in range(warmup):
                     sess.run(train)
-                start = time.perf_counter()
+                start, used = time.perf_counter(), time.process_time()
                 for _ in range(steps):
                     sess.run(train)
-                return steps / (time.perf_counter() - start)
+                rate = steps / (time.perf_counter() - start)
+                if cpu is not None:  # the trainer process's CPU per step (its server's threads included)
+                    cpu.append((time.process_time() - used) / steps)
+                return rate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,7 +160,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--read-millis", type=int, default=40)
+    parser.add_argument("--cpu-bound", action="store_true", help="the CPU-bound case: trainer on core 0, input "
+                                                                 "tasks on core 1, no storage wait")
+    parser.add_argument("--work", type=int, default=200, help="--cpu-bound: rounds of elementwise math a batch")
+    parser.add_argument("--train-work", type=int, default=6, help="--cpu-bound: dense layers of 512 in the step")
     args = parser.parse_args(argv)
+    if args.cpu_bound:
+        from benchmarks.scale_out_cpu import run_cpu_bound
+
+        return run_cpu_bound(args)
 
     import tensorflow as tf
 

@@ -1,0 +1,108 @@
+"""Scale-out where it pays: a CPU-bound input side, the trainer confined to core 0, input tasks on core 1.
+
+    python -m benchmarks.scale_out --cpu-bound [--repeats 5 --steps 60 --work 40]
+
+Run from benchmarks/scale_out.py (which holds the job's graph and the loopback servers). The trainer
+process pins itself to core 0 before TensorFlow starts a thread, each input-task process to core 1
+(threads inherit a process's affinity), so AUTOTUNE's local lanes share the trainer's one core while an
+input task brings a core of its own. Measured, interleaved in every repeat: steps/s and the trainer
+process's CPU per step of each configuration, and the preprocessing's CPU per batch alone. From those,
+benchmarks/scale_out_model.py predicts the measured configurations (the check) and larger clusters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from benchmarks.scale_out_model import ClusterModel, model_text
+
+TRAINER_CORE, TASK_CORE = 0, 1
+CONFIGS = {"trainer, AUTOTUNE": (0, 0), "input tasks 1": (1, 1), "input tasks 2": (2, 2)}  # (lanes, tasks)
+
+
+def _input_cpu_per_batch(work: int, batches: int = 40) -> float:
+    """CPU seconds per batch of the prefetch side alone (read + preprocessing, no stage), on this process's core."""
+    import tensorflow as tf
+
+    from benchmarks.scale_out import BATCH, ROWS, _heavy
+
+    graph = tf.Graph()
+    with graph.as_default():
+        ds = tf.data.Dataset.range(ROWS).map(lambda i: tf.cast(tf.stack([i % 97, i % 13, i % 7, i % 5]), tf.float32))
+        x = tf.compat.v1.data.make_one_shot_iterator(ds.batch(BATCH)).get_next()
+        x = _heavy(tf.math.log1p(tf.abs(x)) * 2.0 + tf.sqrt(tf.abs(x) + 1.0), work)
+        with tf.compat.v1.Session(graph=graph) as sess:
+            for _ in range(5):
+                sess.run(x)
+            used = time.process_time()
+            for _ in range(batches):
+                sess.run(x)
+            return (time.process_time() - used) / batches
+
+
+def run_cpu_bound(args) -> int:
+    os.sched_setaffinity(0, {TRAINER_CORE})  # before TensorFlow's thread pools exist
+    import tensorflow as tf
+
+    from benchmarks.scale_out import OUT, REPO, _free_ports, _graph, _measure
+
+    tf.compat.v1.disable_eager_execution()
+    tf.get_logger().setLevel("ERROR")
+    cores = len(os.sched_getaffinity(0))
+    ports = _free_ports(3)
+    spec = {"trainer": [f"127.0.0.1:{ports[0]}"], "input": [f"127.0.0.1:{p}" for p in ports[1:]]}
+    lifetime = 120 + args.repeats * 60
+    env = dict(os.environ, PYTHONPATH=str(REPO), CUDA_VISIBLE_DEVICES="")
+    servers = [subprocess.Popen([sys.executable, "-m", "benchmarks.scale_out", "--serve", "input", str(i),
+                                 json.dumps(spec), str(lifetime), str(TASK_CORE)], cwd=REPO, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
+    samples = {name: [] for name in CONFIGS}
+    cpu = {name: [] for name in CONFIGS}
+    input_cpu: list[float] = []
+    started = time.perf_counter()
+    try:
+        server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name="trainer", task_index=0)
+        graphs = {name: _graph(0, lanes, tasks, args.work, args.train_work) for name, (lanes, tasks) in CONFIGS.items()}
+        for repeat in range(args.repeats):
+            input_cpu.append(_input_cpu_per_batch(args.work))
+            for name, (meta, init, train) in graphs.items():
+                samples[name].append(_measure(meta, init, train, server.target, args.steps, args.warmup, cpu[name]))
+            print(f"repeat {repeat + 1}/{args.repeats}: input side alone {1000 * input_cpu[-1]:.1f} ms CPU a batch; "
+                  + ", ".join(f"{n} {s[-1]:.1f} steps/s ({1000 * cpu[n][-1]:.1f} ms CPU a step)"
+                              for n, s in samples.items()), file=sys.stderr, flush=True)
+    finally:
+        for process in servers:
+            process.kill()
+            process.wait(timeout=10)
+    median = {name: statistics.median(v) for name, v in samples.items()}
+    model = ClusterModel.fit(c_in=statistics.median(input_cpu),
+                             local_cpu=statistics.median(cpu["trainer, AUTOTUNE"]),
+                             task_cpu=statistics.median(cpu["input tasks 1"]),
+                             boundary_bytes=4 * 4 * 64)  # [batch 64, 4] float32
+    base = median["trainer, AUTOTUNE"]
+    lines = [f"CPU-bound scale-out (`python -m benchmarks.scale_out --cpu-bound --repeats {args.repeats} --steps "
+             f"{args.steps} --work {args.work} --train-work {args.train_work}`), {time.perf_counter() - started:.0f} s, load average "
+             f"{tuple(round(x, 2) for x in os.getloadavg())} at end; trainer on core {TRAINER_CORE} ({cores} core), "
+             f"input tasks on core {TASK_CORE}; {args.repeats} interleaved repeats, median [min, max]:", "",
+             "| configuration | steps/s | x trainer, AUTOTUNE | trainer CPU ms/step | model predicts |",
+             "|---|---|---|---|---|"]
+    predicted = {"trainer, AUTOTUNE": model.local_rate(1), "input tasks 1": model.tasks_rate(1, 1, 1),
+                 "input tasks 2": model.tasks_rate(1, 2, 1)}
+    for name, values in samples.items():
+        lines.append(f"| {name} | {median[name]:.1f} [{min(values):.1f}, {max(values):.1f}] | "
+                     f"{median[name] / base:.2f}x | {1000 * statistics.median(cpu[name]):.1f} | "
+                     f"{predicted[name]:.1f} |")
+    lines += ["", model_text(model)]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "scale_out-cpu-latest.json").write_text(json.dumps(
+        {"args": vars(args), "samples": samples, "trainer_cpu_per_step": cpu, "input_cpu_per_batch": input_cpu,
+         "model": model.as_dict(), "predicted": predicted}, indent=2))
+    (OUT / "scale_out-cpu-latest.md").write_text(text)
+    os._exit(0)  # the trainer's server has no shutdown
