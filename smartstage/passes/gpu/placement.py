@@ -33,8 +33,9 @@ The report (summary, details, ctx.gpu_placement) lists per stage every device ch
 (from -> to), every copy made, every node left and why, and for each boundary tensor where its copy to
 the GPU now happens.
 
-The report dataclasses live in gpu_placement_report, the collected edits in gpu_placement_edits, and the
-buffer's GPU and boundary memory (step 3's analysis) in gpu_placement_buffer.
+The report dataclasses live in passes/gpu/report.py, the collected edits (an edit log, smartstage.graph.edits,
+returned in PassResult.edits) in passes/gpu/edits.py, and the buffer's GPU and boundary memory (step 3's
+analysis) in passes/gpu/buffer.py.
 """
 
 from __future__ import annotations
