@@ -71,8 +71,8 @@ class SplitStep:
                  f"({STAGE!r} in the analysis graph)", self.result.summary()]
         if self.analysis.states:
             lines.append("captured state:")
-            lines.extend(f"  {s.placeholder}: {s.kind} {s.name!r} ({'may move' if s.movable else 'pinned'}: "
-                         f"{s.reason})" for s in self.analysis.states)
+            lines.extend(f"  {s.kind} {s.name!r} ({'may move' if s.movable else 'pinned'}: {s.reason})"
+                         for s in self.analysis.states)
         order = "deterministic=True" if self.deterministic else "deterministic=False (batches may arrive out of order)"
         lines.append(f"dataset: map(prefetch side, num_parallel_calls=AUTOTUNE, {order}).prefetch(AUTOTUNE), "
                      f"{len(self.boundary)} tensor(s) per element")

@@ -132,3 +132,22 @@ def test_jit_compile_compiles_the_main_side_only():
     assert "HloModule" in split.main_function.experimental_get_compiler_ir(*batch)()  # XLA compiles it
     got = [float(split.step(b)) for b in split.dataset]
     np.testing.assert_allclose(got, expected, rtol=1e-6)  # XLA may round differently: close, not identical
+
+
+def test_ragged_input_and_a_dict_of_outputs():
+    w = tf.Variable(tf.ones([10, 2]))
+
+    @tf.function
+    def step(batch):
+        ids = tf.strings.to_hash_bucket_fast(batch["tags"], 10)  # a ragged batch of strings
+        loss = tf.reduce_sum(tf.reduce_sum(tf.nn.embedding_lookup(w, ids.to_tensor()), 1) * batch["x"][:, None])
+        w.assign_sub(0.01 * tf.ones_like(w))
+        return {"loss": loss, "rows": tf.size(batch["x"])}
+
+    tags = tf.ragged.constant([["a"], ["b", "c"], ["d", "e", "f"], ["g"]])
+    ds = tf.data.Dataset.from_tensor_slices({"tags": tags, "x": [1.0, 2.0, 3.0, 4.0]}).batch(2)
+    expected = [{k: float(v) for k, v in step(b).items()} for b in ds]
+    w.assign(tf.ones([10, 2]))
+    split = sst.split(step, ds)
+    assert {"StringToHashBucketFast", "RaggedToTensor/RaggedTensorToTensor"} <= set(split.moved)
+    assert [{k: float(v) for k, v in split.step(b).items()} for b in split.dataset] == expected
