@@ -85,3 +85,14 @@ def test_validation_data_is_mapped_too():
     got = sst.fit(preprocessing_model(), raw_dataset(), validation_data=raw_dataset(16, 5), epochs=2,
                   verbose=0).history
     assert got["val_loss"] == expected["val_loss"] and got["loss"] == expected["loss"]
+
+
+def test_model_fit_goes_on_where_the_split_fit_stopped():
+    # the optimizer (its iteration count and slots) is the user's: plain model.fit continues the same run
+    reference = preprocessing_model()
+    reference.fit(raw_dataset(), epochs=2, verbose=0)
+    expected = reference.fit(raw_dataset(), epochs=1, verbose=0).history["loss"]
+    model = preprocessing_model()
+    sst.fit(model, raw_dataset(), epochs=2, verbose=0)
+    assert model.fit(raw_dataset(), epochs=1, verbose=0).history["loss"] == expected
+    assert int(model.optimizer.iterations) == int(reference.optimizer.iterations) == 24
