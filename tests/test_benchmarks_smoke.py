@@ -151,3 +151,41 @@ def test_tf2_smoke_measures_every_program(tmp_path):
         assert "moved" in setting["split_notes"]
     assert "| CPU |" in proc.stdout and "| accelerator (emulated, 5 ms/step) |" in proc.stdout
     assert ">= 0.95x hand-written" in (tmp_path / "tf2-latest.md").read_text()
+
+
+def test_the_cluster_model_predicts_from_its_three_terms():
+    from benchmarks.scale_out_model import ClusterModel
+
+    # prefetch side alone 10 ms a batch; the trainer 16 ms a step with everything local, 8 ms with one task
+    model = ClusterModel.fit(c_in=0.010, local_cpu=0.016, task_cpu=0.008, boundary_bytes=1000)
+    assert model.c_step == pytest.approx(0.006) and model.c_rpc == pytest.approx(0.002)
+    assert model.local_rate(1) == pytest.approx(1 / 0.016)
+    assert model.tasks_rate(1, 1, 1) == pytest.approx(1 / 0.012)   # the task's core: c_in + c_rpc
+    assert model.tasks_rate(1, 2, 1) == pytest.approx(1 / 0.008)   # two tasks: the trainer's core binds
+    assert model.tasks_rate(8, 4, 4, lanes_per_task=1) == pytest.approx(4 / 0.012)  # one lane uses one core
+    assert model.tasks_needed(1, 1) == 2
+    slow_link = ClusterModel.fit(0.010, 0.016, 0.008, boundary_bytes=10**6, bandwidth=10**8)
+    assert slow_link.tasks_rate(8, 16, 4, 4) == pytest.approx(100.0)  # 100 MB/s over 1 MB batches
+
+
+def test_the_accelerator_targets_compare_with_the_bare_step_and_the_best_alternative():
+    from types import SimpleNamespace
+
+    from benchmarks.accelerator_tables import accelerator_targets
+    from benchmarks.runners import DEFAULT_SETTING
+
+    def samples(*rates):
+        return [SimpleNamespace(steps_per_sec=r) for r in rates]
+
+    rates = {"no_stage": (50, 52), "staged": (55, 55), "tfdata_prefetch": (60, 58), "tfdata_map": (70, 74),
+             "smart": (95, 97), "smart_prefetch": (90, 90), "auto_stage": (80, 82)}
+    summary = {"samples": {(name, DEFAULT_SETTING): samples(*r) for name, r in rates.items()},
+               "bounds": [{"bare": 100.0, "cpu_bound": 150.0}, {"bare": 100.0, "cpu_bound": 150.0}]}
+    a = accelerator_targets(summary)["accelerator"]
+    assert a["best_alternative"] == "tfdata_map" and a["room"].median == pytest.approx((100 / 70 + 100 / 74) / 2)
+    assert a["required"] == 1.1  # the bare step leaves >= 20% over the best alternative
+    smart, auto = a["targets"]["smart"], a["targets"]["auto_stage"]
+    assert smart["of_bare"].median == pytest.approx(0.96) and all(smart["met"].values())
+    assert auto["vs_best_alternative"].median == pytest.approx((80 / 70 + 82 / 74) / 2)
+    assert auto["met"] == {">= 0.95 of the bare step": False, ">= 1.1x best alternative": True,
+                           "never below no stage (>= 1.0x)": True}
