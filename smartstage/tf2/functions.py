@@ -72,7 +72,11 @@ def _import(graph_def: graph_pb2.GraphDef, input_map: dict[str, tf.Tensor], capt
 
 
 def prefetch_function(sides: Sides, traced: TracedStep) -> Callable:
-    """The map function: a dataset element in, the boundary tensors out (a tuple, in boundary order)."""
+    """The map function: a dataset element in, the boundary tensors out (a tuple, in boundary order).
+
+        before:  train_step(batch)                                  # hashes batch["tags"] itself
+        after:   dataset.map(prefetch_function(sides, traced))      # yields (hash:0, label:0, ...)
+    """
     captures = _capture_map(sides.prefetch_graph_def, traced)
     kept = {node.name for node in sides.prefetch_graph_def.node}
     inputs = traced.inputs
@@ -102,7 +106,11 @@ def boundary_specs(sides: Sides, traced: TracedStep) -> list[tf.TensorSpec]:
 
 
 def main_function(sides: Sides, traced: TracedStep, jit_compile: bool | None) -> Callable:
-    """The main side as a tf.function of the boundary tensors, returning what the step returned."""
+    """The main side as a tf.function of the boundary tensors, returning what the step returned.
+
+        before:  loss = train_step(batch)
+        after:   loss = main_function(sides, traced, None)(*boundary)   # same variables, same updates
+    """
     captures = _capture_map(sides.main_graph_def, traced)
     view = GraphView(sides.main_graph_def)
     effects = [op for op in traced.control_outputs if op in view]

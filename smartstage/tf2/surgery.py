@@ -87,7 +87,11 @@ def prefetch_side_edits(view: GraphView, boundary: tuple[str, ...], extra: tuple
 
 def cut(graph_def: graph_pb2.GraphDef, moved: tuple[str, ...], inputs: tuple[str, ...], boundary: tuple[str, ...],
         shapes: dict[str, object]) -> Sides:
-    """Both sides of the step's graph for one partition (see the module docstring)."""
+    """Both sides of the step's graph for one partition (see the module docstring).
+
+        before:  cut(graph_def, moved=("hash",), inputs=("batch",), boundary=("hash:0",), shapes)
+        after:   Sides(prefetch_graph_def: batch -> hash, main_graph_def: smartstage/boundary/0 -> lookup -> loss)
+    """
     view = GraphView(graph_def)
     moved_set = set(moved)
     # Moved ops that nothing on the prefetch side reads but the main side waited for (an Assert): the
