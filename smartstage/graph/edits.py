@@ -141,18 +141,6 @@ class EditLog:
     def empty(self) -> bool:
         return not self._edits
 
-    @property
-    def added(self) -> dict[str, node_def_pb2.NodeDef]:
-        """The nodes added so far, by name (as added; later edits of them are in the log)."""
-        return dict(self._added)
-
-    def __len__(self) -> int:
-        return len(self._edits)
-
-    def extend(self, edits: Iterable[Edit]) -> None:
-        for edit in edits:
-            self._record(edit)
-
     def _record(self, edit: Edit) -> None:
         if isinstance(edit, AddNode):
             self._added[edit.node.name] = edit.node
