@@ -42,6 +42,7 @@ class LayerVerdict:
     op_type: str
     moved: bool
     reason: str
+    pinned_op: str = ""  # the op of the layer call that the partition pins (its graph: KerasSplit.analyses)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,37 @@ class KerasSplit:
 
         return dataset.map(prefetch_side, num_parallel_calls=tf.data.AUTOTUNE,
                            deterministic=self.deterministic).prefetch(tf.data.AUTOTUNE)
+
+    def explain(self, layer: str) -> str:
+        """Why a layer call moved to the dataset or stays in the model; for a pin from the op-level partition,
+        the chain from its cause (smartstage.inspection.explain on the layer call's analysis graph).
+
+            split.explain("city_lookup")   # "layer 'city_lookup' (StringLookup) moved to the dataset: ..."
+            split.explain("drop")          # "... stays in the model: its op ... reads variable ...\n  chain: ..."
+        """
+        found = [v for v in self.verdicts if v.layer == layer]
+        if not found:
+            import difflib
+
+            close = difflib.get_close_matches(layer, [v.layer for v in self.verdicts], n=3)
+            raise SplitError(f"explain(): model {self.model.name!r} has no layer call {layer!r}"
+                             + (f"; did you mean {', '.join(map(repr, close))}?" if close else
+                                f"; its layers: {', '.join(v.layer for v in self.verdicts)}"))
+        lines = []
+        for v in found:
+            if v.moved:
+                lines.append(f"layer {v.layer!r} ({v.op_type}) moved to the dataset: it has no trainable weights, "
+                             "reads only raw inputs or moved layers, and no op of it stays in the step")
+                continue
+            lines.append(f"layer {v.layer!r} ({v.op_type}) stays in the model: {v.reason}")
+            analysis = self.analyses.get(v.layer)
+            if v.pinned_op and analysis is not None:
+                from smartstage.inspection.explain import explain
+
+                chain = explain(analysis.graph_def, v.pinned_op, result=analysis.result).chain
+                if len(chain) > 1:
+                    lines.append("  chain: " + " -> ".join(chain))
+        return "\n".join(lines)
 
     def summary(self) -> str:
         lines = [f"Keras model {self.model.name!r}: {len(self.moved_layers)} layer call(s) moved to the dataset, "
@@ -106,8 +138,9 @@ def _nodes(functional) -> list:
             for node in functional._nodes_by_depth[depth]]
 
 
-def _call_pins(node) -> tuple[str | None, Any]:
-    """Why the op-level partition keeps this layer call in the model (None: every op may move), and the analysis."""
+def _call_pins(node) -> tuple[str | None, Any, str]:
+    """Why the op-level partition keeps this layer call in the model (None: every op may move), the analysis,
+    and the op it pins ("" when none)."""
     operation = node.operation
     inputs = list(node.input_tensors)
     specs = tuple(tf.TensorSpec(t.shape, t.dtype) for t in inputs)
@@ -124,8 +157,8 @@ def _call_pins(node) -> tuple[str | None, Any]:
     analysis = analyse(traced, static_tables([operation]))
     for name, pin in analysis.partition.pinned.items():
         if pin.kind not in _OUTPUT_PINS:
-            return f"its op {name!r} stays in the step: {pin.describe()}", analysis
-    return None, analysis
+            return f"its op {name!r} stays in the step: {pin.describe()}", analysis, name
+    return None, analysis, ""
 
 
 def split_model(model, *, deterministic: bool = True) -> KerasSplit:
@@ -144,7 +177,7 @@ def split_model(model, *, deterministic: bool = True) -> KerasSplit:
         operation = node.operation
         if isinstance(operation, keras.layers.InputLayer):
             continue
-        reason = None
+        reason, pinned_op = None, ""
         if getattr(operation, "trainable_weights", None):
             reason = f"it has trainable weights ({len(operation.trainable_weights)})"
         elif not all(id(t) in available for t in node.input_tensors):
@@ -152,8 +185,9 @@ def split_model(model, *, deterministic: bool = True) -> KerasSplit:
         elif any(id(t) in outputs for t in node.output_tensors):
             reason = "its output is an output of the model"
         else:
-            reason, analyses[operation.name] = _call_pins(node)
-        verdicts.append(LayerVerdict(operation.name, type(operation).__name__, reason is None, reason or ""))
+            reason, analyses[operation.name], pinned_op = _call_pins(node)
+        verdicts.append(LayerVerdict(operation.name, type(operation).__name__, reason is None, reason or "",
+                                     pinned_op))
         if reason is None:
             available.update(id(t) for t in node.output_tensors)
         else:

@@ -63,6 +63,19 @@ def test_a_dropout_on_raw_inputs_stays_for_its_random_state():
         sst.split_model(model)
 
 
+def test_explain_a_layer_call():
+    inputs = {"x": keras.Input((3,), name="x"), "s": keras.Input((1,), dtype="string", name="s")}
+    dropped = keras.layers.Dropout(0.5, name="drop")(inputs["x"])
+    looked_up = keras.layers.StringLookup(vocabulary=["a"], output_mode="one_hot", name="lookup")(inputs["s"])
+    output = keras.layers.Dense(1, name="score")(keras.layers.Concatenate(name="cat")([dropped, looked_up]))
+    split = sst.split_model(keras.Model(inputs, output))
+    assert split.explain("lookup").startswith("layer 'lookup' (StringLookup) moved to the dataset")
+    why = split.explain("drop")
+    assert "stays in the model" in why and "chain: captured/seed_generator/seed_generator_state ->" in why
+    with pytest.raises(SplitError, match="no layer call 'lookups'; did you mean 'lookup'"):
+        split.explain("lookups")
+
+
 def test_a_sequential_model():
     model = keras.Sequential([keras.Input((1,), dtype="string"),
                               keras.layers.StringLookup(vocabulary=["x"], output_mode="one_hot", name="lookup"),
