@@ -8,6 +8,8 @@ anything trained stays because its op reads the SeedGenerator's state; Sequentia
 
 from __future__ import annotations
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -71,7 +73,8 @@ def test_explain_a_layer_call():
     split = sst.split_model(keras.Model(inputs, output))
     assert split.explain("lookup").startswith("layer 'lookup' (StringLookup) moved to the dataset")
     why = split.explain("drop")
-    assert "stays in the model" in why and "chain: captured/seed_generator/seed_generator_state ->" in why
+    assert "stays in the model" in why
+    assert re.search(r"chain: captured/seed_generator\w*/seed_generator_state -> ", why)  # numbered per session
     with pytest.raises(SplitError, match="no layer call 'lookups'; did you mean 'lookup'"):
         split.explain("lookups")
 
