@@ -151,3 +151,33 @@ def test_ragged_input_and_a_dict_of_outputs():
     split = sst.split(step, ds)
     assert {"StringToHashBucketFast", "RaggedToTensor/RaggedTensorToTensor"} <= set(split.moved)
     assert [{k: float(v) for k, v in split.step(b).items()} for b in split.dataset] == expected
+
+
+def test_a_custom_loop_around_a_keras_model_with_preprocessing_layers():
+    # the common TF2 pattern: model(x) inside a tf.function step; the layers' tables are found through the model
+    import keras
+
+    from tests.tf2.keras_models import preprocessing_model, raw_dataset as keras_dataset
+
+    def program():
+        model, optimizer, mse = preprocessing_model(), keras.optimizers.Adam(0.01), keras.losses.MeanSquaredError()
+
+        @tf.function
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = mse(y, model(x, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        return model, step
+
+    reference, reference_step = program()
+    expected = [float(reference_step(x, y)) for x, y in keras_dataset()]
+    model, step = program()
+    split = sst.split(step, keras_dataset())
+    assert any("city_lookup" in n and n.endswith("LookupTableFindV2") for n in split.moved)
+    assert any("age_bins" in n and n.endswith("Bucketize") for n in split.moved)
+    assert [float(split.step(batch)) for batch in split.dataset] == expected
+    for a, b in zip(reference.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(a, b)
