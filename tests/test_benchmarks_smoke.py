@@ -189,3 +189,17 @@ def test_the_accelerator_targets_compare_with_the_bare_step_and_the_best_alterna
     assert auto["vs_best_alternative"].median == pytest.approx((80 / 70 + 82 / 74) / 2)
     assert auto["met"] == {">= 0.95 of the bare step": False, ">= 1.1x best alternative": True,
                            "never below no stage (>= 1.0x)": True}
+
+
+def test_accelerator_smoke_measures_every_configuration_the_bare_step_and_the_bound(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.e2e", "--accelerator", "--smoke", "--out", str(tmp_path)],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (workload,) = _latest(tmp_path, "accelerator")["workloads"]
+    assert workload["workload"]["device_ms"] == 2.0 and not workload["errors"]
+    rates = workload["accelerator"]["rates"]
+    for name in ("no_stage", "staged", "tfdata_prefetch", "tfdata_map", "smart", "auto_stage"):
+        assert rates[name]["median"] > 0, name
+    assert workload["accelerator"]["bare"]["median"] > 0 and workload["accelerator"]["cpu_bound"]["median"] > 0
+    assert "| dlrm/device 2 ms | SmartStage |" in (tmp_path / "accelerator-latest.md").read_text()
