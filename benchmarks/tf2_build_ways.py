@@ -4,7 +4,8 @@
     python -m benchmarks.tf2_build_ways --quick    # 3 repeats, 50 steps
 
   import    smartstage.tf2's way: the main side's GraphDef (cut by edit records) imported into a tf.function
-            with an input_map (boundary placeholders -> arguments, captures -> the user's handles)
+            with an input_map (boundary placeholders -> arguments, captures -> the user's handles), called
+            through its concrete function as split() calls it
   prune     tf.compat.v1.wrap_function(import of the whole step graph).prune(boundary tensors, outputs):
             the stock pruner lifts the part between the boundary and the outputs into a new function
 Both run a DLRM-like step's main side on the same precomputed boundary batches; reported per way: the
@@ -101,7 +102,7 @@ def main(argv=None) -> None:
 
     builds, mains = {}, {}
     start = time.perf_counter()
-    mains["import"] = main_function(split.sides, split.traced, None)
+    mains["import"] = main_function(split.sides, split.traced, None).get_concrete_function()  # as split() calls it
     mains["import"](*boundary[0])
     builds["import"] = time.perf_counter() - start
     start = time.perf_counter()

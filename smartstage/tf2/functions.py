@@ -11,7 +11,7 @@ Imported once per trace; each call runs the imported graph like any traced step.
 
 Measured against the stock pruner (`python -m benchmarks.tf2_build_ways`, docs/tf2.md "How the two functions
 are built"): `tf.compat.v1.wrap_function(import of the step).prune(boundary, outputs)` gives the same losses
-and about as many ops, but ran the main side 5x slower (76 vs 358 steps/s, 5 interleaved rounds) and built slower;
+and about as many ops, but ran the main side 11x slower (104 vs 1144 steps/s, 5 interleaved rounds) and built slower;
 `function_def_to_graph` gives a FuncGraph that only private constructors make callable.
 """
 
