@@ -69,8 +69,10 @@ def set_control_inputs(op: tf.Operation, control: Sequence[tf.Operation]) -> Non
 
         before:  op waits on [a, b]            after:  set_control_inputs(op, [b, c, c]) -> op waits on [b, c]
     """
+    by_name = {c.name: c for c in control}
+    unique = [by_name[s[1:]] for s in dedupe_controls("^" + c.name for c in control)]  # the one dedupe rule
     op._remove_all_control_inputs()  # noqa: SLF001
-    op._add_control_inputs(list({c.name: c for c in control}.values()))  # noqa: SLF001
+    op._add_control_inputs(unique)  # noqa: SLF001
 
 
 class _Net:
