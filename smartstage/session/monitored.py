@@ -6,7 +6,7 @@
 
 Creating it (before any hook's begin() and any step) checks that a graph with stages has the
 prefetch hook (DeepRec requires it; a missing one raises StageRuntimeError instead of a hang),
-then rewrites the default graph when the config's flags are on (smartstage.session.prepare_graph),
+then rewrites the default graph when the config's flags are on (smartstage.session.session.prepare_graph),
 then creates the stock session with the stock ConfigProto fields and a prefetch pool (session_config).
 The returned SmartMonitoredSession maps fetches of moved tensors to the take outputs that carry
 them; so do the user's hooks (each wrapped so its SessionRunArgs are mapped) and a run_step_fn's
