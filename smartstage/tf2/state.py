@@ -83,7 +83,7 @@ def static_tables(roots) -> dict[int, object]:
             children = list(obj)
         else:
             children = _attributes(obj)
-        todo.extend((c, depth + 1) for c in children)
+        todo.extend((c, depth + 1) for c in children[:10_000])  # a large data list holds no table
     return found
 
 
