@@ -137,7 +137,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.add_argument(flag, type=kind)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--publish", action="store_true", help="also copy the table to docs/perf/ports.md")
+    parser.add_argument("--publish", action="store_true", help="also copy the table to docs/perf/ports.md "
+                                                               "(--first: docs/perf/ports-first.md)")
     args = parser.parse_args(argv)
     args.mode = "smoke" if args.smoke else "quick" if args.quick else "first" if args.first else "full"
     for key, value in MODES[args.mode].items():
@@ -203,7 +204,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "parameters": vars(args) | {"out": str(args.out)},
               **{window: {f"{m} {r}": v for (m, r), v in values.items()} for window, values in measured.items()},
               "errors": errors, "seconds": round(seconds, 1)}
-    paths = write_outputs(args.out, "ports", result, None, publish=args.publish, text=text)
+    stem = "ports-first" if args.mode == "first" else "ports"  # --first publishes beside the full run's table
+    paths = write_outputs(args.out, stem, result, None, publish=args.publish, text=text)
     print(text, end="")
     print(f"Wrote: {', '.join(str(p) for p in paths)}")
     return 1 if errors else 0

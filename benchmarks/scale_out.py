@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--read-millis", type=int, default=40)
+    parser.add_argument("--publish", action="store_true", help="also write the table to docs/perf/scale_out*.md")
     parser.add_argument("--cpu-bound", action="store_true", help="the CPU-bound case: trainer on core 0, input "
                                                                  "tasks on core 1, no storage wait")
     parser.add_argument("--work", type=int, default=200, help="--cpu-bound: rounds of elementwise math a batch")
@@ -206,6 +207,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<16} {median:>15.1f} {f'[{min(values):.1f}, {max(values):.1f}]':>16} {median / base:>13.2f}x")
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "scale_out-latest.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
+    if args.publish:
+        table = ["| configuration | steps/s | vs trainer x1 |", "|---|---|---|"] + [
+            f"| {r['config']} | {r['median']:.1f} [{r['min']:.1f}, {r['max']:.1f}] | {r['speedup']:.2f}x |" for r in rows]
+        (REPO / "docs" / "perf" / "scale_out.md").write_text(
+            f"`python -m benchmarks.scale_out --repeats {args.repeats} --steps {args.steps} --read-millis "
+            f"{args.read_millis}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
+            f"{tuple(round(x, 2) for x in os.getloadavg())} at end; median [min, max]:\n\n" + "\n".join(table) + "\n")
     os._exit(0)  # the trainer's server has no shutdown
 
 

@@ -85,7 +85,7 @@ def run_cpu_bound(args) -> int:
                              task_cpu=statistics.median(cpu["input tasks 1"]),
                              boundary_bytes=4 * 4 * 64)  # [batch 64, 4] float32
     base = median["trainer, AUTOTUNE"]
-    lines = [f"CPU-bound scale-out (`python -m benchmarks.scale_out --cpu-bound --repeats {args.repeats} --steps "
+    lines = [f"CPU-bound scale-out ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, `python -m benchmarks.scale_out --cpu-bound --repeats {args.repeats} --steps "
              f"{args.steps} --work {args.work} --train-work {args.train_work}`), {time.perf_counter() - started:.0f} s, load average "
              f"{tuple(round(x, 2) for x in os.getloadavg())} at end; trainer on core {TRAINER_CORE} ({cores} core), "
              f"input tasks on core {TASK_CORE}; {args.repeats} interleaved repeats, median [min, max]:", "",
@@ -105,4 +105,6 @@ def run_cpu_bound(args) -> int:
         {"args": vars(args), "samples": samples, "trainer_cpu_per_step": cpu, "input_cpu_per_batch": input_cpu,
          "model": model.as_dict(), "predicted": predicted}, indent=2))
     (OUT / "scale_out-cpu-latest.md").write_text(text)
+    if args.publish:
+        (REPO / "docs" / "perf" / "scale_out-cpu.md").write_text(text)
     os._exit(0)  # the trainer's server has no shutdown
