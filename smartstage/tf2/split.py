@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from smartstage.errors import SplitError
 from smartstage.tf2.analysis import STAGE, Analysis, analyse
-from smartstage.tf2.functions import boundary_specs, main_function, prefetch_function
+from smartstage.tf2.functions import main_function, prefetch_function
 from smartstage.tf2.state import static_tables, step_roots
 from smartstage.tf2.surgery import Sides, cut
 from smartstage.tf2.trace import TracedStep, trace_step
@@ -161,4 +161,4 @@ def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, 
                      prefetch_function=prefetch_fn)
 
 
-__all__ = ["SplitStep", "boundary_specs", "split"]
+__all__ = ["SplitStep", "split"]

@@ -28,7 +28,7 @@ import logging
 from dataclasses import dataclass
 
 import tensorflow as tf
-from tensorflow.core.framework import attr_value_pb2, node_def_pb2, tensor_pb2, types_pb2
+from tensorflow.core.framework import attr_value_pb2, node_def_pb2, tensor_pb2
 
 from smartstage.graph.edits import EditLog
 from smartstage.graph.op_types import RANDOM_OPS, TABLE_READ_OPS
