@@ -181,3 +181,20 @@ def test_a_custom_loop_around_a_keras_model_with_preprocessing_layers():
     assert [float(split.step(batch)) for batch in split.dataset] == expected
     for a, b in zip(reference.get_weights(), model.get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+def test_batches_arrive_in_input_order_and_a_step_may_return_nothing():
+    seen = tf.Variable(tf.zeros([0], tf.int64), shape=[None])
+
+    @tf.function
+    def step(batch):  # returns nothing: its effect is the update
+        slow = tf.strings.reduce_join(tf.strings.split(batch["text"], " "), axis=-1)  # moves, takes a while
+        ids = batch["id"] + tf.cast(tf.strings.length(slow) * 0, tf.int64)
+        seen.assign(tf.concat([seen, ids], 0))
+
+    n = 64
+    ds = tf.data.Dataset.from_tensor_slices({"id": tf.range(n, dtype=tf.int64),
+                                             "text": [" ".join(["w"] * (i % 7 + 1)) for i in range(n)]}).batch(2)
+    split = sst.split(step, ds)
+    assert all(split.step(batch) is None for batch in split.dataset)
+    assert seen.numpy().tolist() == list(range(n))  # a parallel map, and every batch in input order
