@@ -152,3 +152,26 @@ def test_a_stage_nothing_runs_is_left_as_it_was_and_the_others_are_rewritten():
     assert any(n.startswith("hand: left as it was in the session's graph: nothing the session knows runs its put")
                for n in record.notes), record.notes
     assert graph.get_operation_by_name("parsed").inputs[0].op.name == "hand/take"
+
+
+def test_later_passes_reach_the_live_graph_through_their_logs():
+    """multi_stream's `_stream_id` tags (which the old session twins never copied) land on the live ops, the
+    rebuilt put included, and the steps are those of the graph without the flag."""
+    from smartstage.session.session import Session
+    from tests.session.graphs import bounded, flag, init_ops, small_model
+
+    losses = {}
+    for on in (False, True):
+        graph = tf.Graph()
+        with graph.as_default():
+            model = small_model()
+        config = flag(False) if not on else flag()
+        if on:
+            config.graph_options.optimizer_options.stage_multi_stream = True
+        with Session(graph=graph, config=config) as sess:
+            sess.run(init_ops(graph))
+            losses[on] = [sess.run([model.loss, model.train_op], options=bounded())[0] for _ in range(5)]
+    np.testing.assert_array_equal(losses[False], losses[True])
+    (stage,) = sess.smart_stage.stages
+    tagged = {op.name for op in graph.get_operations() if "_stream_id" in op.node_def.attr}
+    assert {stage.new_ops["put"], "ids", "scaled"} <= tagged, sorted(tagged)[:8]
