@@ -3,9 +3,11 @@
     summary.update(accelerator_targets(summary))   # per repeat: x bare step, x best alternative, x no stage
     text = accelerator_markdown(result, summaries)  # one row per model and device time
 
-The bare step is the training step fed one cached, preprocessed batch (benchmarks/sides.py, the input
-pipeline | model split's training side alone): no input pipeline can beat it. The CPU bound is
-cores / (CPU of the input side + CPU of the training side) per batch. Every ratio is taken within one
+The bare step is the training step fed one cached batch (benchmarks/sides.py: a split's training side
+alone), of the split that leaves the step the least work: the preprocessed features, or SmartStage's cut
+where stateless work follows the features (the id spaces the models combine): no input pipeline can
+beat it. The CPU bound is cores / (CPU of the input side + CPU of the training side) per batch, the
+higher of the two splits'. Every ratio is taken within one
 repeat, then the median and range over repeats are reported (benchmarks/e2e_tables.py does the same).
 """
 

@@ -202,8 +202,14 @@ class WorkloadRun:
         if "input" in sides:
             s = sides["input"]
             out["ideal"] = 1.0 / max(s.t_in, s.t_train)
-            out["bare"] = 1.0 / s.t_train  # the step fed one cached, preprocessed batch
-            out["cpu_bound"] = cores / (s.cpu_in + s.cpu_train)
+        # The bare step: the training step fed one cached batch of the split that leaves it the least work
+        # (the preprocessed features, or SmartStage's cut when stateless work follows the features, as the
+        # id spaces the models combine): no input pipeline can beat it. The CPU bound: the same split's.
+        if sides:
+            bare = min(sides.values(), key=lambda s: s.t_train)
+            out["bare"] = 1.0 / bare.t_train
+            out["bare_split"] = next(name for name, s in sides.items() if s is bare)
+            out["cpu_bound"] = max(cores / (s.cpu_in + s.cpu_train) for s in sides.values())
         limits, available = [], []
         one_core = self.workload.one_core_per_side
         for name, s in sides.items():
