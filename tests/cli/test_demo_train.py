@@ -15,6 +15,7 @@ SMALL = dict(rows=600, batch_size=32, small=True, devices=(("CPU only", 0.0), ("
 
 def test_the_demo_trains_both_devices_flag_off_and_on_with_identical_losses(tmp_path, monkeypatch):
     monkeypatch.setattr(demo_train, "WARMUP_SECONDS", 0.3)
+    monkeypatch.setattr(demo_train, "SETTLE_SECONDS", 2.0)
     comparisons = train_demo(tmp_path, 0.3, **SMALL)
     assert [c.device for c in comparisons] == ["CPU only", "emulated accelerator"]
     for c in comparisons:
@@ -38,6 +39,7 @@ def test_a_loss_that_differs_reads_no():
 
 def test_the_command_prints_the_training_table_after_the_diff(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(demo_train, "WARMUP_SECONDS", 0.2)
+    monkeypatch.setattr(demo_train, "SETTLE_SECONDS", 1.0)
     monkeypatch.setattr(demo_train, "train_demo", functools.partial(train_demo, **SMALL))
     assert main(["demo", "--out", str(tmp_path), "--train", "0.2"]) == 0
     out = capsys.readouterr().out
