@@ -72,12 +72,13 @@ def _check_dataset(name: str, dataset) -> None:
 
 
 def fit(model, dataset, *, validation_data=None, callbacks=None, deterministic: bool = True,
-        split: KerasSplit | None = None, **fit_kwargs) -> Any:
+        split: KerasSplit | None = None, tfdata_service: str | None = None, **fit_kwargs) -> Any:
     """Trains `model` on `dataset` as model.fit would, with its preprocessing layers moved into the dataset.
 
     dataset / validation_data: batched tf.data.Datasets of raw features, as model.fit takes them.
     deterministic: batches in input order (False is an explicit opt-out). split: a split_model() result to
-    reuse. fit_kwargs: the rest of model.fit's arguments (epochs, steps_per_epoch, verbose, ...).
+    reuse. tfdata_service: a dispatcher address: the training dataset, preprocessing included, runs on tf.data
+    service workers (validation data stays local). fit_kwargs: the rest of model.fit's arguments (epochs, ...).
     Returns the History; `history.smartstage` is the KerasSplit (its summary() says what moved).
 
         before:  history = model.fit(ds, epochs=3)
@@ -85,11 +86,15 @@ def fit(model, dataset, *, validation_data=None, callbacks=None, deterministic: 
     """
     _check_dataset("dataset", dataset)
     _check_dataset("validation_data", validation_data)
+    if tfdata_service is not None:
+        from smartstage.tf2.service import check_address
+
+        tfdata_service = check_address(tfdata_service)
     halves = split or split_model(model, deterministic=deterministic)
     compile_like(halves.trainer, model)
     wrapped = [_on_user_model(c, model, halves.trainer) for c in (callbacks or ())]
     model.stop_training = False
-    history = halves.trainer.fit(halves.map(dataset), callbacks=wrapped,
+    history = halves.trainer.fit(halves.map(dataset, tfdata_service), callbacks=wrapped,
                                  validation_data=None if validation_data is None else halves.map(validation_data),
                                  **fit_kwargs)
     history.smartstage = halves

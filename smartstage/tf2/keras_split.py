@@ -61,8 +61,9 @@ class KerasSplit:
     def moved_layers(self) -> tuple[str, ...]:
         return tuple(v.layer for v in self.verdicts if v.moved)
 
-    def map(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
-        """`dataset` (x, (x, y) or (x, y, sample_weight)) with x replaced by the preprocessed features."""
+    def map(self, dataset: tf.data.Dataset, tfdata_service: str | None = None) -> tf.data.Dataset:
+        """`dataset` (x, (x, y) or (x, y, sample_weight)) with x replaced by the preprocessed features; with
+        `tfdata_service`, run on that dispatcher's workers (smartstage.tf2.service: at most once, no fixed order)."""
         preprocessing = self.preprocessing
 
         def prefetch_side(x, *rest):
@@ -70,8 +71,12 @@ class KerasSplit:
             features = tuple(features) if isinstance(features, (list, tuple)) else (features,)
             return (features, *rest) if rest else features
 
-        return dataset.map(prefetch_side, num_parallel_calls=tf.data.AUTOTUNE,
-                           deterministic=self.deterministic).prefetch(tf.data.AUTOTUNE)
+        mapped = dataset.map(prefetch_side, num_parallel_calls=tf.data.AUTOTUNE, deterministic=self.deterministic)
+        if tfdata_service is not None:
+            from smartstage.tf2.service import distribute_on_service
+
+            mapped = distribute_on_service(mapped, tfdata_service)
+        return mapped.prefetch(tf.data.AUTOTUNE)
 
     def explain(self, layer: str) -> str:
         """Why a layer call moved to the dataset or stays in the model; for a pin from the op-level partition,

@@ -96,3 +96,23 @@ def test_model_fit_goes_on_where_the_split_fit_stopped():
     sst.fit(model, raw_dataset(), epochs=2, verbose=0)
     assert model.fit(raw_dataset(), epochs=1, verbose=0).history["loss"] == expected
     assert int(model.optimizer.iterations) == int(reference.optimizer.iterations) == 24
+
+
+def test_fit_with_its_preprocessing_on_tf_data_service_workers():
+    service = tf.data.experimental.service
+    dispatcher = service.DispatchServer(service.DispatcherConfig(port=0))
+    workers = [service.WorkerServer(service.WorkerConfig(dispatcher_address=dispatcher.target.split("://")[1]))
+               for _ in range(2)]
+    try:
+        model, losses = preprocessing_model(), BatchLosses()
+        before = [w.copy() for w in model.get_weights()]
+        history = sst.fit(model, raw_dataset(), epochs=2, callbacks=[losses], verbose=0,
+                          tfdata_service=dispatcher.target)
+        assert len(history.history["loss"]) == 2
+        # the source is split between the workers, which batch what they get: at least the 8 batches an epoch
+        assert len(losses.losses) >= 16
+        assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+    finally:
+        for worker in workers:
+            worker._stop()  # noqa: SLF001  (TensorFlow's own tests stop servers this way)
+        dispatcher._stop()  # noqa: SLF001
