@@ -32,7 +32,7 @@ from smartstage.session.session import Session
 
 from . import imports, sessions
 from .deeprec_only import UNSUPPORTED, DeepRecFeatureError, EmbeddingVariableOption, raiser, variable_scope
-from .keywords import FEATURE_COLUMN_APIS, with_deeprec_keywords
+from .keywords import FEATURE_COLUMN_APIS, Server, with_deeprec_keywords
 from .keras import legacy_keras_v1, legacy_layers
 from .namespace import Namespace
 
@@ -62,8 +62,11 @@ train = Namespace(__name__ + ".tf.train", _tf.compat.v1.train, {
     "WorkerSessionCreator": sessions.WorkerSessionCreator,
     "Supervisor": sessions.Supervisor,
     "mark_target_node": mark_target_node,
+    "Server": Server,
     **_unsupported("train."),
 })
+
+distribute = Namespace(__name__ + ".tf.distribute", _tf.compat.v1.distribute, {"Server": Server})
 
 feature_column = Namespace(__name__ + ".tf.feature_column", _tf.compat.v1.feature_column, {
     **FEATURE_COLUMN_APIS,
@@ -84,6 +87,7 @@ tf = Namespace(__name__ + ".tf", _tf.compat.v1, {
     "train": train,
     "feature_column": feature_column,
     "config": config,
+    "distribute": distribute,
     "variable_scope": variable_scope,
     "EmbeddingVariableOption": EmbeddingVariableOption,
     "estimator": _NoEstimator(__name__ + ".tf.estimator", _tf.compat.v1, {}),

@@ -106,6 +106,27 @@ def with_deeprec_keywords(stock: Callable[..., Any], api: str) -> Callable[..., 
     return call
 
 
+# DeepRec's values of a stock keyword: tf.distribute.Server(protocol=...) takes DeepRec's own transports.
+DEEPREC_PROTOCOLS = {"grpc++": "DeepRec's gRPC++ transport", "star_server": "DeepRec's StarServer transport"}
+
+
+class Server(_tf.compat.v1.distribute.Server):
+    """tf.distribute.Server (tf.train.Server); DeepRec's protocols raise DeepRecFeatureError naming --protocol grpc.
+
+        before:  tf.distribute.Server(cluster, job_name="ps", protocol="star_server")   # an error from the C++ server
+        after:   DeepRecFeatureError: ... run the script with --protocol grpc
+    """
+
+    def __init__(self, server_or_cluster_def, job_name=None, task_index=None, protocol=None, config=None,
+                 start=True):
+        if protocol in DEEPREC_PROTOCOLS:
+            raise DeepRecFeatureError(
+                f"tf.distribute.Server(protocol={protocol!r}) is DeepRec-only ({DEEPREC_PROTOCOLS[protocol]}); stock "
+                "TensorFlow has no equivalent: run the script with --protocol grpc")
+        super().__init__(server_or_cluster_def, job_name=job_name, task_index=task_index, protocol=protocol,
+                         config=config, start=start)
+
+
 _v1_fc = _tf.compat.v1.feature_column
 embedding_column = with_deeprec_keywords(_v1_fc.embedding_column, _fc + "embedding_column")
 shared_embedding_columns = with_deeprec_keywords(_v1_fc.shared_embedding_columns, _fc + "shared_embedding_columns")
@@ -115,4 +136,4 @@ input_layer = with_deeprec_keywords(_v1_fc.input_layer, _fc + "input_layer")
 FEATURE_COLUMN_APIS = {"embedding_column": embedding_column, "shared_embedding_columns": shared_embedding_columns,
                        "linear_model": linear_model, "input_layer": input_layer}
 
-__all__ = ["DeepRecKeyword", "FEATURE_COLUMN_APIS", "KEYWORDS", "with_deeprec_keywords"]
+__all__ = ["DEEPREC_PROTOCOLS", "DeepRecKeyword", "FEATURE_COLUMN_APIS", "KEYWORDS", "Server", "with_deeprec_keywords"]

@@ -101,6 +101,8 @@ REFUSED_KEYWORDS = [
     (lambda: dtf.get_multihash_variable("item", [[10, 4], [10, 4]]), "tf.get_multihash_variable", "--multihash False"),
     (lambda: dtf.config.experimental.enable_distributed_strategy(strategy="collective"),
      "enable_distributed_strategy", "--group_embedding None"),
+    (lambda: dtf.distribute.Server(dtf.train.ClusterSpec({"ps": ["localhost:1"]}), job_name="ps", task_index=0,
+                                   protocol="star_server"), "Server(protocol='star_server')", "--protocol grpc"),
 ]
 
 
@@ -109,6 +111,12 @@ def test_a_refused_deeprec_keyword_names_the_flag_that_turns_it_off(graph, call,
     with pytest.raises(DeepRecFeatureError) as error:
         call()
     assert feature in str(error.value) and turn_off in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_stock_server_protocol_is_the_stock_server():
+    assert issubclass(dtf.distribute.Server, tf.compat.v1.distribute.Server) and dtf.train.Server is dtf.distribute.Server
+    server = dtf.distribute.Server({"localhost": ["localhost:0"]}, protocol="grpc")  # the scripts' default
+    assert server.target.startswith("grpc://")
 
 
 def test_a_deeprec_keyword_left_at_its_default_is_the_stock_call(graph):
