@@ -16,7 +16,8 @@
                                          (compat.deeprec_only)
     DeepRec-only keywords of stock APIs  accepted where the stock call computes the same (do_fusion on the
                                          feature columns, linear_model, input_layer), else DeepRecFeatureError
-                                         naming the script flag (compat.keywords)
+                                         naming the script flag (compat.keywords); tf.distribute.Server refuses
+                                         DeepRec's protocols
 
 DeepRec scripts are TensorFlow 1 programs, so importing this module turns eager execution off.
 """
