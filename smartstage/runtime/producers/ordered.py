@@ -114,8 +114,8 @@ class OrderedProducer:
 
     def _warm(self, index: int, parts: set[str]) -> None:
         """Builds this worker's executors before it takes a ticket (runtime/producers/callables.py): the first batch
-        of a lane the tuner tries must not carry them, nor stall the merger. `parts`: "direct" (worker 0's
-        one-lane put) and/or "lane" (its lane's head, body and move, needed once 2 or more lanes run). Lane
+        of a lane the tuner tries must not carry them, nor stall the merger. `parts`: "lane" (its lane's head,
+        body and move, needed once 2 or more lanes run; the one-lane put goes through run()). Lane
         executors are built when the lane first runs, not at start: a lane the tuner never tries costs none
         (on the Wide&Deep port's ~2,000-op body, a lane's three took ~1 s of CPU from the first steps).
         The tuner judges no window in which executors were built, here or on a run's first use (a pool the
@@ -125,9 +125,7 @@ class OrderedProducer:
             return
         lane = lanes.lanes[index]
         runs = []
-        if "direct" in parts and lanes.put_occupancy is not None:
-            runs.append((self._direct_fetches(), options))
-        if "lane" in parts:
+        if "lane" in parts:  # (the one-lane put goes through run(): _direct_fetches says why)
             runs.append(([lane.occupancy], options))
             if lane.hand_in is not None:
                 targets = [lanes.head_targets] if lanes.head_targets is not None else []
@@ -147,7 +145,10 @@ class OrderedProducer:
         """The one-lane put's fetches: with lanes, the occupancy and the batch's bytes, every run. A run
         that fetched the bytes only now and then would be a second fetch list, and every fetch list's
         executors are built once, stalling the whole session while they are (callables.py): on the
-        Wide&Deep port the first byte-measuring run took 1.7 s, inside the first step."""
+        Wide&Deep port the first byte-measuring run took 1.7 s, inside the first step. The put runs through
+        run(), not a callable: run()'s executors serve every pool, while a callable is made per RunOptions,
+        so the tuner's pool trial would build the put again (0.3-1.5 s stalls on the ports); a callable
+        would save ~40 us of CPU a batch."""
         if self.lanes is None:
             return [self.host.put]
         return [self.lanes.put_occupancy, self.lanes.batch_bytes]
@@ -164,8 +165,6 @@ class OrderedProducer:
         return any(self._ready[:self.active_lanes])
 
     def _work(self, index: int) -> None:
-        if index == 0:
-            self._warm(0, {"direct"})
         while self._wait_turn(index):
             lanes_run = self.lanes is not None and (self.active_lanes > 1 or self.host.remote is not None)
             with self._cond:  # worker 0 warms its lane only once another lane can produce meanwhile
@@ -212,7 +211,7 @@ class OrderedProducer:
             fetches = self._direct_fetches()
             measure_bytes = self.lanes is not None and (ticket < 4 or ticket % 16 == 0)
             with host.in_flight(0):
-                values = self.runs.run(fetches, host.run_options, feed)
+                values = self.runs.run(fetches, host.run_options, feed, rare=True)  # run(): every pool
             if self.lanes is None and self.soft_capacity is not None and host.size is not None:
                 values[0] = self.sess.run(host.size)  # the occupancy the soft cap needs
         except Exception as error:  # noqa: BLE001  classified by the merger, in ticket order
