@@ -275,7 +275,7 @@ MODES = {
                               size="benchmark", batch_size=512, settle_steps=800, settle_seconds=60.0,
                               configs=ACCELERATOR_CONFIGS),
     "accelerator-smoke": dict(rows=2_000, models="dlrm", device_ms="2", repeats=1, steps=12, warmup=2, grid=False,
-                              size="small", batch_size=32, settle_steps=600, settle_seconds=20.0,
+                              size="small", batch_size=32, settle_steps=5000, settle_seconds=30.0,  # ~300 steps/s
                               configs=ACCELERATOR_CONFIGS),
 }
 
