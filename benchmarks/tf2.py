@@ -11,11 +11,11 @@ Three programs train the DLRM-like model of benchmarks/tf2_model.py on the same 
                 and a step that takes the preprocessed features (a second program the user writes by hand)
   SmartStage    the in-model step and `raw` given to smartstage.tf2, which moves what it may into the dataset
 Each on the host CPU (device_ms=0) and with the model's compute on an emulated accelerator (a host-idle wait of
-device_ms per step, benchmarks/accelerator.py, and a tiny model on the host: tf2_model.on_device). Per setting: the first steps' losses of the three programs are
-compared bit for bit; then `repeats` rounds, each timing every program for `steps` steps in a rotated order
-(interleaved: a load change hits all three), and the ratios are taken within each round. Reported: median and
-range of steps/s and of the ratios, the machine's load, and the targets (>= 0.95x hand-written everywhere,
->= 1.3x in-model where the limit allows it).
+device_ms per step, benchmarks/accelerator.py, and a tiny model on the host: tf2_model.on_device). Per setting: the
+first steps' losses of the three programs are compared bit for bit; then `repeats` rounds, each timing every
+program for `steps` steps in a rotated order (interleaved: a load change hits all three), and the ratios are taken
+within each round. Reported: median and range of steps/s and of the ratios, the machine's load, and the targets
+(>= 0.95x hand-written everywhere, >= 1.3x in-model where the limit allows it).
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--publish", action="store_true", help="also write docs/perf/tf2.{json,md}")
     parser.add_argument("--grappler-arithmetic", action="store_true",
-                        help="keep Grappler's arithmetic optimizer on (the split's losses then differ in the last bits)")
+                        help="keep Grappler's arithmetic optimizer on (the split's losses differ in the last bits)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     # Without it the same program run twice on this CPU differs in a loss's 8th digit by step 5 (a kernel's

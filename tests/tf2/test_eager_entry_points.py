@@ -46,7 +46,8 @@ EAGER = {
     "load_graph": ("EagerModeError", ["a ConcreteFunction", "get_concrete_function"]),
 }
 # name -> works in the eager program on what it takes there (a graph, a file, a session of a v1 graph)
-WORKS = {"make_prefetch_hook", "PrefetchHook", "make_pipeline_hook", "PipelineHook", "Session(graph=)", "start_prefetch_threads", "live_rewrite_of", "optimize(meta)", "explain(meta)",
+WORKS = {"make_prefetch_hook", "PrefetchHook", "make_pipeline_hook", "PipelineHook", "Session(graph=)",
+         "start_prefetch_threads", "live_rewrite_of", "optimize(meta)", "explain(meta)",
          "graph_diff(meta)", "verify_rewrite(meta)", "run_steps", "compare_runs", "load_graph(file)", "write_graph",
          "enable_smart_stage", "options_from_config", "to_session_config", "ConfigProto", "SmartStageOptions",
          "AutoStageOptions", "stage_defs", "stage_defs_from_meta_graph", "target_node_names",
