@@ -1,4 +1,4 @@
-"""optimize(): load a graph, run the SmartStage pass pipeline, return the rewritten graph and its report.
+"""optimize(): load a graph, run the SmartStage passes (passes/manager.PassManager), return the rewritten graph and its report.
 
     before:  reader -> decode -> put ~~ take -> hash -> lookup(w) -> loss
     after:   reader -> decode -> hash -> put ~~ take -> lookup(w) -> loss
@@ -20,7 +20,7 @@ from smartstage.config.options import SmartStageOptions, options_from_config
 from smartstage.errors import ConfigError, TargetError
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.load import collection_targets, load_graph, stage_defs_of, store_stage_defs
-from smartstage.passes.manager import PassContext, Pipeline
+from smartstage.passes.manager import PassContext, PassManager
 from smartstage.result import OptimizeResult
 
 
@@ -95,11 +95,11 @@ def _check_overrides(overrides: dict) -> None:
                           f"feeds it accepts the option overrides {accepted}")
 
 
-def build_pipeline(options: SmartStageOptions) -> Pipeline:
+def build_pass_manager(options: SmartStageOptions) -> PassManager:
     """The passes the flags ask for, in their fixed order."""
-    from smartstage.passes import pipeline_passes
+    from smartstage.passes import passes_for
 
-    return Pipeline(pipeline_passes(options), verify=options.verify)
+    return PassManager(passes_for(options), verify=options.verify)
 
 
 @contextlib.contextmanager
@@ -168,7 +168,7 @@ def _optimize(graph, config, targets, feeds, overrides) -> OptimizeResult:
     check_ports(view, feed_list, "feeds")
     view.check_inputs()
     view.order()  # GraphError naming a cycle
-    graph_def, reports = build_pipeline(options).run(loaded.graph_def, ctx)
+    graph_def, reports = build_pass_manager(options).run(loaded.graph_def, ctx)
 
     meta = None
     if loaded.meta_graph_def is not None:

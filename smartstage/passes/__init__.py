@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 
-def pipeline_passes(options) -> list:
+def passes_for(options) -> list:
     """The passes `options` (a SmartStageOptions) ask for, in their fixed order."""
     from smartstage.passes.expand_stage import ExpandStage
     from smartstage.passes.find_stages import FindStages
@@ -37,4 +37,4 @@ def pipeline_passes(options) -> list:
     return passes
 
 
-__all__ = ["pipeline_passes"]
+__all__ = ["passes_for"]

@@ -1,7 +1,7 @@
-"""Pass protocol, PassResult, and the Pipeline that runs passes in order and verifies after each.
+"""Pass protocol, PassResult, and the PassManager that runs passes in order and verifies after each.
 
-    pipeline = Pipeline([FindStages(), Partition(), ExpandStage()])
-    graph_def, reports = pipeline.run(graph_def, ctx)
+    manager = PassManager([FindStages(), Partition(), ExpandStage()])
+    graph_def, reports = manager.run(graph_def, ctx)
     # reports: [PassReport(name="find_stages", changed=False, seconds=0.01, summary=["1 stage: ..."]), ...]
 
 A pass gets the current GraphDef and the shared PassContext, and returns a PassResult: the (new) graph,
@@ -9,8 +9,8 @@ whether it changed the graph (computed, never assumed), and summary lines saying
 pass is reported with its name and the passes that ran before it.
 
 The contract is declared, and checked twice:
-- when the Pipeline is built: each pass names the PassContext fields it `requires` (set before it runs)
-  and the ones it `provides` (sets for later passes), so `Pipeline([Partition(), FindStages()])` fails at
+- when the PassManager is built: each pass names the PassContext fields it `requires` (set before it runs)
+  and the ones it `provides` (sets for later passes), so `PassManager([Partition(), FindStages()])` fails at
   once ("partition requires stages, which no earlier pass provides") instead of running on an empty analysis;
 - after each pass runs (as onnx-ir's PassBase does): every field it `provides` has been set; a pass that
   reports no change returns the very GraphDef it was given, and one that reports a change returns a new one
@@ -45,8 +45,8 @@ UPDATABLE = frozenset({"stage_defs"})
 @dataclass
 class PassContext:
     """What passes share: options, targets and feeds, stage descriptions, and the analyses so far.
-    A pass declares which fields it requires and provides (see Pipeline); the context records which
-    fields have been set since it was made, so the Pipeline can check that a pass set what it provides.
+    A pass declares which fields it requires and provides (see PassManager); the context records which
+    fields have been set since it was made, so the PassManager can check that a pass set what it provides.
 
     Fields whose types live in the passes that provide them (StagePartition, AutoStageReport,
     StagePlacement, StageStreams) are annotated by name in a comment: naming them here would make this
@@ -134,7 +134,7 @@ class Pass(Protocol):
     def run(self, graph_def: graph_pb2.GraphDef, ctx: PassContext) -> PassResult: ...
 
 
-class Pipeline:
+class PassManager:
     """Runs passes in the declared order; verifies the graph after every pass that changed it."""
 
     def __init__(self, passes: list[Pass], verify: bool = True):

@@ -11,7 +11,7 @@ from smartstage.config.options import AutoStageOptions, SmartStageOptions
 from smartstage.passes.auto_stage import AutoStage
 from smartstage.passes.expand_stage import ExpandStage
 from smartstage.passes.find_stages import FindStages
-from smartstage.passes.manager import PassContext, Pipeline
+from smartstage.passes.manager import PassContext, PassManager
 from smartstage.passes.partition import Partition
 from tests.builder import G, N
 from tests.passes.stage_graphs import fifo_stage, gather, reader, two_feature_graph, variable
@@ -19,7 +19,7 @@ from tests.passes.stage_graphs import fifo_stage, gather, reader, two_feature_gr
 
 def run(passes, graph_def, **options):
     ctx = PassContext(options=SmartStageOptions(do_smart_stage=True, **options))
-    graph, reports = Pipeline(passes).run(graph_def, ctx)
+    graph, reports = PassManager(passes).run(graph_def, ctx)
     return graph, {r.name: r.changed for r in reports}, ctx
 
 

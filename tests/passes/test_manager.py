@@ -11,7 +11,7 @@ from tensorflow.core.framework import graph_pb2
 
 from smartstage.config.options import SmartStageOptions
 from smartstage.errors import PassError, VerificationError
-from smartstage.passes.manager import PassContext, PassResult, Pipeline
+from smartstage.passes.manager import PassContext, PassResult, PassManager
 from tests.builder import G, N
 
 
@@ -56,17 +56,17 @@ def ctx():
 
 def test_a_pass_that_requires_what_no_earlier_pass_provides_is_refused_when_the_pipeline_is_built():
     with pytest.raises(PassError, match=r"pass 'b' requires partitions, which no earlier pass provides \(passes before it: \['a'\]\)"):
-        Pipeline([Fake("a", provides=("stages",)), Fake("b", requires=("partitions",))])
+        PassManager([Fake("a", provides=("stages",)), Fake("b", requires=("partitions",))])
 
 
 def test_the_declared_order_is_accepted_and_given_fields_need_no_provider():
-    pipeline = Pipeline([Fake("a", requires=("targets", "feeds"), provides=("stages",)),
+    manager = PassManager([Fake("a", requires=("targets", "feeds"), provides=("stages",)),
                          Fake("b", requires=("stages",))])
-    assert pipeline.names == ["a", "b"]
+    assert manager.names == ["a", "b"]
 
 
 def test_reports_say_changed_both_ways_and_the_graph_flows_from_pass_to_pass():
-    graph, reports = Pipeline([Fake("keep"), Fake("add", edit=add_node)]).run(small(), ctx())
+    graph, reports = PassManager([Fake("keep"), Fake("add", edit=add_node)]).run(small(), ctx())
     assert [(r.name, r.changed) for r in reports] == [("keep", False), ("add", True)]
     assert [n.name for n in graph.node] == ["x", "y", "z"]
     assert reports[1].summary == ("add: edited",)
@@ -74,19 +74,19 @@ def test_reports_say_changed_both_ways_and_the_graph_flows_from_pass_to_pass():
 
 def test_a_changed_graph_is_verified_and_a_broken_one_names_the_pass_and_those_before():
     with pytest.raises(VerificationError, match=r"missing.*\[in pass 'break' \(after keep\)\]"):
-        Pipeline([Fake("keep"), Fake("break", edit=dangling)]).run(small(), ctx())
+        PassManager([Fake("keep"), Fake("break", edit=dangling)]).run(small(), ctx())
 
 
 def test_an_unchanged_graph_is_not_verified():
     # A pass that says it changed nothing is trusted not to have: its (broken) input is not re-checked.
     broken = dangling(small())
-    graph, _ = Pipeline([Fake("keep")]).run(broken, ctx())
+    graph, _ = PassManager([Fake("keep")]).run(broken, ctx())
     assert graph is broken
 
 
 def test_a_bug_in_a_pass_becomes_a_pass_error_with_the_cause_kept():
     with pytest.raises(PassError, match=r"pass 'boom' failed after \[keep\]: ZeroDivisionError: x") as info:
-        Pipeline([Fake("keep"), Fake("boom", error=ZeroDivisionError("x"))]).run(small(), ctx())
+        PassManager([Fake("keep"), Fake("boom", error=ZeroDivisionError("x"))]).run(small(), ctx())
     assert isinstance(info.value.__cause__, ZeroDivisionError)
 
 
@@ -99,7 +99,7 @@ def test_the_verifiers_view_is_kept_for_the_next_pass():
             return PassResult(graph_def, changed=False)
 
     c = ctx()
-    Pipeline([Fake("add", edit=add_node), Look("look")]).run(small(), c)
+    PassManager([Fake("add", edit=add_node), Look("look")]).run(small(), c)
     assert seen[0] is c.view_of(seen[0].graph_def)
     assert "z" in seen[0]
 
@@ -144,20 +144,20 @@ class EditsStageDef(Fake):
 def test_a_pass_reporting_no_change_must_return_the_graph_it_was_given():
     with pytest.raises(PassError, match=r"pass 'copy' broke its contract: it reports no change but returned a "
                                         r"different GraphDef"):
-        Pipeline([Fake("keep"), SaysUnchanged("copy")]).run(small(), ctx())
+        PassManager([Fake("keep"), SaysUnchanged("copy")]).run(small(), ctx())
 
 
 def test_a_pass_reporting_a_change_must_not_return_its_edited_input():
     with pytest.raises(PassError, match=r"pass 'inplace' broke its contract: it reports a change but returned the "
                                         r"GraphDef it was given"):
-        Pipeline([EditsInPlace("inplace")]).run(small(), ctx())
+        PassManager([EditsInPlace("inplace")]).run(small(), ctx())
 
 
 def test_what_a_pass_provides_must_be_set_after_it_runs():
     with pytest.raises(PassError, match=r"pass 'a' broke its contract: it declares it provides stages but did not "
                                         r"set it"):
-        Pipeline([Fake("a", provides=("stages",))]).run(small(), ctx())
-    graph, reports = Pipeline([Provides("b", provides=("stages",))]).run(small(), ctx())
+        PassManager([Fake("a", provides=("stages",))]).run(small(), ctx())
+    graph, reports = PassManager([Provides("b", provides=("stages",))]).run(small(), ctx())
     assert [r.name for r in reports] == ["b"]
 
 
@@ -167,9 +167,9 @@ def test_a_stage_def_changes_only_in_a_pass_that_declares_it():
     c = ctx()
     c.stage_defs = [StageDef(name="stage", capacity=2)]
     with pytest.raises(PassError, match=r"pass 'sd' broke its contract: it edited a StageDef without declaring it"):
-        Pipeline([EditsStageDef("sd")]).run(small(), c)
+        PassManager([EditsStageDef("sd")]).run(small(), c)
     c.stage_defs = [StageDef(name="stage", capacity=2)]
-    Pipeline([EditsStageDef("sd", updates=("stage_defs",))]).run(small(), c)
+    PassManager([EditsStageDef("sd", updates=("stage_defs",))]).run(small(), c)
     assert c.stage_defs[0].capacity == 7
 
 
@@ -181,21 +181,21 @@ def test_a_pass_must_declare_its_contract_with_fields_the_context_has():
             return PassResult(graph_def, changed=False)
 
     with pytest.raises(PassError, match=r"pass 'bare' does not declare 'requires'"):
-        Pipeline([Bare()])
+        PassManager([Bare()])
     with pytest.raises(PassError, match=r"pass 'typo' declares stagez, which PassContext has no field for"):
-        Pipeline([Fake("typo", provides=("stagez",))])
+        PassManager([Fake("typo", provides=("stagez",))])
     with pytest.raises(PassError, match=r"pass 'u' declares it updates stages in place; only stage_defs"):
-        Pipeline([EditsStageDef("u", updates=("stages",))])
+        PassManager([EditsStageDef("u", updates=("stages",))])
 
 
 def test_every_pass_of_every_flag_combination_declares_a_valid_contract():
     from smartstage.config.options import AutoStageOptions
-    from smartstage.passes import pipeline_passes
+    from smartstage.passes import passes_for
 
     everything = dict(do_smart_stage=True, do_smart_stage_gpu=True, stage_multi_stream=True,
                       auto_stage=AutoStageOptions())
     with_tasks = SmartStageOptions(**everything, input_job="input", input_tasks=2)
     with_service = SmartStageOptions(**everything, input_mode="tfdata_service", tfdata_service="grpc://localhost:1")
-    assert Pipeline(pipeline_passes(with_tasks)).names == [
+    assert PassManager(passes_for(with_tasks)).names == [
         "find_stages", "auto_stage", "partition", "expand_stage", "gpu_placement", "multi_stream", "input_tasks"]
-    assert Pipeline(pipeline_passes(with_service)).names[-1] == "tfdata_service"
+    assert PassManager(passes_for(with_service)).names[-1] == "tfdata_service"

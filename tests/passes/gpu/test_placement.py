@@ -228,10 +228,10 @@ def test_main_device_option_places_the_buffer_for_an_unplaced_model():
     from smartstage.passes.expand_stage import ExpandStage
     from smartstage.passes.find_stages import FindStages
     from smartstage.passes.partition import Partition
-    from smartstage.passes.manager import Pipeline
+    from smartstage.passes.manager import PassManager
 
     ctx = PassContext(options=SmartStageOptions(do_smart_stage=True, do_smart_stage_gpu=True), targets={"loss"})
-    graph_def, _ = Pipeline([FindStages(), Partition(), ExpandStage(), GpuPlacement(main_device="/gpu:0")]).run(
+    graph_def, _ = PassManager([FindStages(), Partition(), ExpandStage(), GpuPlacement(main_device="/gpu:0")]).run(
         model_graph(main="", prefetch=""), ctx)
     assert node(graph_def, "stage/take").device == GPU0
     assert ctx.gpu_placement["stage"].main_device == GPU0
