@@ -23,6 +23,7 @@ from tensorflow.core.protobuf import config_pb2
 
 from smartstage.config.error_codes import OUT_OF_RANGE, error_codes
 from smartstage.errors import ConfigError
+from smartstage.protos import AUTOTUNE
 
 logger = logging.getLogger(__name__)
 
@@ -121,10 +122,10 @@ SmartStageOptionsProto = message_factory.GetMessageClass(
     descriptor_pool.Default().FindMessageTypeByName(_DEEPREC_PACKAGE + ".SmartStageOptions"))
 
 
-_TUNABLE_OPTIONS = ("capacity", "num_threads")  # -1: smartstage.AUTOTUNE (the runtime, a layer above)
+_TUNABLE_OPTIONS = ("capacity", "num_threads")  # may be AUTOTUNE
 
 
-def deeprec_smart_stage_options(capacity: int = -1, num_threads: int = -1, num_clients: int = 1,
+def deeprec_smart_stage_options(capacity: int = AUTOTUNE, num_threads: int = AUTOTUNE, num_clients: int = 1,
                                 timeout_millis: int = 300000, closed_exception_types=(OUT_OF_RANGE,),
                                 ignored_exception_types=(), use_stage_subgraph_thread_pool: bool = False,
                                 stage_subgraph_thread_pool_id: int | None = None, stage_subgraph_stream_id: int = 0,
@@ -141,14 +142,15 @@ def deeprec_smart_stage_options(capacity: int = -1, num_threads: int = -1, num_c
     `graph` is accepted and ignored (the session's own graph is the one optimized). Exception types are
     tf.errors classes or codes.
     """
-    if stage_subgraph_thread_pool_id is None:  # not given: DeepRec's pool 0 when a pool is asked for, else AUTOTUNE (-1)
-        stage_subgraph_thread_pool_id = 0 if use_stage_subgraph_thread_pool else -1
+    if stage_subgraph_thread_pool_id is None:  # not given: DeepRec's pool 0 when a pool is asked for, else AUTOTUNE
+        stage_subgraph_thread_pool_id = 0 if use_stage_subgraph_thread_pool else AUTOTUNE
     for label, value, least in (("capacity", capacity, 1), ("num_threads", num_threads, 1),
                                 ("num_clients", num_clients, 1), ("timeout_millis", timeout_millis, 1),
-                                ("stage_subgraph_thread_pool_id", stage_subgraph_thread_pool_id, -1),
+                                ("stage_subgraph_thread_pool_id", stage_subgraph_thread_pool_id, AUTOTUNE),
                                 ("stage_subgraph_stream_id", stage_subgraph_stream_id, 0)):
         tunable = label in _TUNABLE_OPTIONS
-        if isinstance(value, bool) or not isinstance(value, int) or (value < least and not (tunable and value == -1)):
+        if isinstance(value, bool) or not isinstance(value, int) or (
+                value < least and not (tunable and value == AUTOTUNE)):
             either = " or ss.AUTOTUNE (-1)" if tunable else ""
             raise ConfigError(f"SmartStageOptions: {label}={value!r}; pass an integer >= {least}{either}")
     options = SmartStageOptionsProto(capacity=capacity, num_threads=num_threads, num_clients=num_clients,

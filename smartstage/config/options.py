@@ -36,6 +36,7 @@ from tensorflow.core.protobuf import config_pb2
 
 from smartstage.config.error_codes import OUT_OF_RANGE, error_codes
 from smartstage.errors import ConfigError
+from smartstage.protos import AUTOTUNE
 from smartstage.config.deeprec import is_deeprec_config, deeprec_gpu_flag, deeprec_smart_stage_options
 
 OPTIMIZER_NAME = "SmartStage"
@@ -49,23 +50,23 @@ class AutoStageOptions:
     by default the end of input (OutOfRangeError) closes a stage.
     """
 
-    # -1 is smartstage.AUTOTUNE (defined in the runtime, a layer above): the prefetch threads pick the
-    # lanes, the capacity and the pool (the shared one or the session's prefetch pool) while training,
-    # batches in input order either way (docs/runtime.md). use_stage_subgraph_thread_pool=True without
-    # an index means pool 0, as in staged() and DeepRec.
-    capacity: int = -1
-    num_threads: int = -1
+    # AUTOTUNE (smartstage.AUTOTUNE): the prefetch threads pick the lanes, the capacity and the pool (the
+    # shared one or the session's prefetch pool) while training, batches in input order either way
+    # (docs/runtime.md). use_stage_subgraph_thread_pool=True without an index means pool 0, as in staged()
+    # and DeepRec.
+    capacity: int = AUTOTUNE
+    num_threads: int = AUTOTUNE
     num_clients: int = 1
     timeout_millis: int = 300000
     closed_exception_types: tuple = (OUT_OF_RANGE,)
     ignored_exception_types: tuple = ()
     use_stage_subgraph_thread_pool: bool = False
-    stage_subgraph_thread_pool_id: int = -1
+    stage_subgraph_thread_pool_id: int = AUTOTUNE
     stage_subgraph_stream_id: int = 0
     name: str = "smart_stage"
 
     def __post_init__(self) -> None:
-        if self.use_stage_subgraph_thread_pool and self.stage_subgraph_thread_pool_id == -1:
+        if self.use_stage_subgraph_thread_pool and self.stage_subgraph_thread_pool_id == AUTOTUNE:
             object.__setattr__(self, "stage_subgraph_thread_pool_id", 0)  # staged()'s and DeepRec's default index
 
 
@@ -95,7 +96,8 @@ class SmartStageOptions:
 def _auto_stage_from_deeprec(message) -> AutoStageOptions:
     runner = message.runner_options
     return AutoStageOptions(
-        capacity=message.capacity or -1, num_threads=message.num_threads or -1, num_clients=message.num_clients or 1,
+        capacity=message.capacity or AUTOTUNE, num_threads=message.num_threads or AUTOTUNE,
+        num_clients=message.num_clients or 1,
         timeout_millis=message.timeout_millis or 300000,
         closed_exception_types=tuple(runner.closed_exceptions) if runner.closed_exceptions else (OUT_OF_RANGE,),
         ignored_exception_types=tuple(runner.ignored_exceptions),

@@ -35,6 +35,7 @@ from smartstage.graph.view import GraphView
 from smartstage.passes.gpu.devices import stage_task
 from smartstage.passes.gpu.prefetch_sides import prefetch_sides
 from smartstage.passes.manager import PassContext, PassResult
+from smartstage.protos import AUTOTUNE
 
 MARKER = "input_tasks"        # <stage>/input_tasks: the NoOp the runtime reads the plan from
 COPY_SCOPE = "input_task_{}"  # <stage>/input_task_<i>/<node>: task i's copy of a node
@@ -107,7 +108,7 @@ class InputTasks:
             log.add_node(_marker(stage, view, plan, options))
             if stage.stage_def is not None:
                 lanes = len(tasks) * options.input_lanes_per_task
-                if stage.stage_def.num_threads >= 0 and stage.stage_def.num_threads < lanes:
+                if stage.stage_def.num_threads != AUTOTUNE and stage.stage_def.num_threads < lanes:
                     stage.stage_def.num_threads = lanes  # one lane per task at least (AUTOTUNE is kept)
                     log.set_stage_def(stage.stage_def)
             where = f"{tasks[0]}" + (f" .. task:{len(tasks) - 1}" if len(tasks) > 1 else "")

@@ -6,4 +6,9 @@ from smartstage.protos.stage_pb2 import FeedDef, StageDef
 STAGES_COLLECTION = "smartstage_stages"  # bytes_list of serialized StageDefs
 TARGETS_COLLECTION = "smartstage_targets"  # node_list of ops the optimizer keeps on the main side
 
-__all__ = ["FeedDef", "StageDef", "STAGES_COLLECTION", "TARGETS_COLLECTION"]
+# A StageDef's num_threads, capacity or stage_subgraph_thread_pool_id of -1: "the runtime chooses" (like
+# tf.data.AUTOTUNE). Defined here, beside StageDef, so config, graph, the passes and the runtime share one
+# name; the runtime re-exports it as smartstage.AUTOTUNE and resolves it once (runtime/stage/settings.py).
+AUTOTUNE = -1
+
+__all__ = ["AUTOTUNE", "FeedDef", "StageDef", "STAGES_COLLECTION", "TARGETS_COLLECTION"]

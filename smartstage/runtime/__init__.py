@@ -13,7 +13,7 @@ import each other):
         arguments.py    staged()'s argument checks (a ConfigError naming the argument)
         metadata.py     the StageDef collection: StageRecord, add_stage_def, stage_defs
         targets.py      mark_target_node: the nodes the main side must keep
-        settings.py     AUTOTUNE, and StageSettings.from_def(): the -1 marker resolved once for the runtime
+        settings.py     AUTOTUNE (defined in protos/) and StageSettings.from_def(): the marker resolved once
     lanes/      session start: graph surgery before the graph is finalized (starts no thread)
         split.py        split_prefetch_side: the serial head and the parallel body (graph/heads.py's rule)
         lanes.py        LaneGraph, lane_graph, prepare_lanes: a stage's ordered lanes

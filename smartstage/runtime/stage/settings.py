@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from smartstage.protos import AUTOTUNE  # like tf.data.AUTOTUNE: "the runtime chooses"; -1 in the StageDef
 from smartstage.protos.stage_pb2 import StageDef
 
-AUTOTUNE = -1  # like tf.data.AUTOTUNE: "the runtime chooses"; recorded as -1 in the StageDef
 DEFAULT_MAX_BUFFERED_BYTES = 256 * 1024 * 1024
 AUTOTUNE_START_CAPACITY = 2  # a tuned capacity starts here and grows while the buffer runs dry
 
