@@ -43,6 +43,16 @@ class StageRuntimeError(SmartStageError):
     """The staging runtime was used wrongly: no prefetch threads started, a missing thread pool, ..."""
 
 
+class InputTaskError(StageRuntimeError):
+    """An input task died, is unreachable, or did not answer in time (runtime/lanes/remote.py); the message
+    names it. `task` is the task's device name, `cause` the TensorFlow error that showed it."""
+
+    def __init__(self, message: str, task: str, cause: BaseException | None = None):
+        super().__init__(message)
+        self.task = task
+        self.cause = cause
+
+
 class TargetError(SmartStageError, ValueError):
     """A target, fetch or feed names a node that does not exist or that sits on the prefetch side."""
 

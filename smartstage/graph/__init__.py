@@ -9,6 +9,7 @@
     edits       the edit log: AddNode, SetInputs, SetAttr, ... as data; apply_to_graph_def(graph_def, edits)
     heads       the head/body rule of a prefetch side (HeadRule: LANES for the runtime, INPUT_TASKS for the pass)
     stages      StageBoundary and find_stages(view): the stage model every layer above shares
+    stage_names the names of the ops added beside a stage: the input-tasks marker, the lanes' ops
 
 Import the names from their module (`from smartstage.graph.view import GraphView`).
 """

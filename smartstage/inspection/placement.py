@@ -23,9 +23,10 @@ from tensorflow.core.framework import types_pb2
 
 from smartstage.graph.load import load_graph, stage_defs_of
 from smartstage.graph.names import parse_tensor_name
+from smartstage.graph.stage_names import (ATTR_CUT, ATTR_LANES, ATTR_MODE, ATTR_TASKS, ATTR_TIMEOUT,
+                                          INPUT_TASK_SCOPE as COPY_SCOPE, INPUT_TASKS_MARKER as MARKER)
 from smartstage.graph.view import GraphView
 from smartstage.inspection.sides import graph_sides, prefetch_side
-from smartstage.passes.input_tasks import ATTR_CUT, ATTR_LANES, ATTR_MODE, ATTR_TASKS, ATTR_TIMEOUT, COPY_SCOPE, MARKER
 
 EXAMPLES = 4     # example node names shown per task
 TOP_OPS = 6      # op types shown per task, most frequent first

@@ -30,20 +30,14 @@ from smartstage.graph.edits import EditLog, apply_to_graph_def
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.heads import INPUT_TASKS, close_head
 from smartstage.graph.op_types import ITERATOR_READS, UNFEEDABLE_DTYPES, is_ref_dtype, is_stateful_op
+from smartstage.graph.stage_names import (ATTR_CUT, ATTR_LANES, ATTR_MODE, ATTR_TASKS, ATTR_TIMEOUT,
+                                          input_task_scope, input_tasks_marker)
 from smartstage.graph.stages import FIFO, StageBoundary
 from smartstage.graph.view import GraphView
 from smartstage.passes.gpu.devices import stage_task
 from smartstage.passes.gpu.prefetch_sides import prefetch_sides
 from smartstage.passes.manager import PassContext, PassResult
 from smartstage.protos import AUTOTUNE
-
-MARKER = "input_tasks"        # <stage>/input_tasks: the NoOp the runtime reads the plan from
-COPY_SCOPE = "input_task_{}"  # <stage>/input_task_<i>/<node>: task i's copy of a node
-ATTR_TASKS = "_smartstage_input_tasks"
-ATTR_MODE = "_smartstage_input_mode"
-ATTR_CUT = "_smartstage_input_cut"
-ATTR_TIMEOUT = "_smartstage_input_timeout_millis"
-ATTR_LANES = "_smartstage_input_lanes_per_task"
 
 _ITERATOR_OPS = {"IteratorV2", "Iterator"}
 _SOURCE_DATASETS = {"TensorSliceDataset", "TensorDataset", "TextLineDataset", "TFRecordDataset",
@@ -93,7 +87,7 @@ class InputTasks:
             trainer = stage_task([view.node(n).device for n in stage.ops if n in view]).to_string()
             plan = StageInputPlacement(stage.name, options.input_mode, trainer or "(the session's task)", tasks)
             details[stage.name] = plan
-            if f"{stage.name}/{MARKER}" in view:
+            if input_tasks_marker(stage.name) in view:
                 plan.skipped = "already placed on input tasks (its marker node exists)"
             elif stage.kind != FIFO:
                 plan.skipped = f"a {stage.kind} stage: only FIFO-queue stages run lanes"
@@ -176,7 +170,7 @@ def _central(log: EditLog, view: GraphView, stage: StageBoundary, side: list[str
 def _copies(view: GraphView, order: list[str], copied: set[str], stage: str, task: int,
             device: str) -> list[node_def_pb2.NodeDef]:
     """Task `task`'s copy of each node of `order`, under `<stage>/input_task_<task>/`, on `device`."""
-    scope = f"{stage}/{COPY_SCOPE.format(task)}/"
+    scope = input_task_scope(stage, task)
     copies = []
     for name in order:
         copy = node_def_pb2.NodeDef()
@@ -229,7 +223,7 @@ def _sharded(log: EditLog, view: GraphView, stage: StageBoundary, side: list[str
         log.add_node(node)
     _reroute(log, shards, nodes)
     for task in range(1, count):
-        scope = f"{stage.name}/{COPY_SCOPE.format(task)}/"
+        scope = input_task_scope(stage.name, task)
         copies = _copies(view, order, nodes, stage.name, task, plan.tasks[task])
         added, shards = _shards(view, sources, task, count, plan.tasks[task], scope)
         for node in copies:
@@ -285,7 +279,7 @@ def _reroute(log: EditLog, shards: dict[str, str], nodes: set[str]) -> None:
 
 def _marker(stage: StageBoundary, view: GraphView, plan: StageInputPlacement, options) -> node_def_pb2.NodeDef:
     """The NoOp `<stage>/input_tasks` whose attributes hold the plan the runtime reads."""
-    marker = node_def_pb2.NodeDef(name=f"{stage.name}/{MARKER}", op="NoOp", device=view.node(stage.put).device)
+    marker = node_def_pb2.NodeDef(name=input_tasks_marker(stage.name), op="NoOp", device=view.node(stage.put).device)
     marker.attr[ATTR_TASKS].list.s.extend(t.encode() for t in plan.tasks)
     marker.attr[ATTR_MODE].s = plan.mode.encode()
     marker.attr[ATTR_CUT].list.s.extend(t.encode() for t in plan.cut)
@@ -294,4 +288,4 @@ def _marker(stage: StageBoundary, view: GraphView, plan: StageInputPlacement, op
     return marker
 
 
-__all__ = ["InputTasks", "StageInputPlacement", "task_devices", "MARKER", "COPY_SCOPE"]
+__all__ = ["InputTasks", "StageInputPlacement", "task_devices"]

@@ -31,8 +31,8 @@ import tensorflow as tf
 from smartstage.config.options import SmartStageOptions
 from smartstage.errors import ConfigError, GraphError, TargetError
 from smartstage.graph.edits import AddNode, SetStageDef, touched_nodes
+from smartstage.graph.stage_names import LANE_SCOPES
 from smartstage.graph.stages import FIFO
-from smartstage.runtime.lanes.lanes import LANE_SCOPES
 from smartstage.runtime.stage.metadata import stage_defs
 from smartstage.session.live_edits import NEW_SCOPE, ROLES, LiveEdits, apply_to_live_graph, set_control_inputs
 from smartstage.session.record import LiveRewrite, LiveStage, rewrite_once

@@ -29,6 +29,8 @@ from tensorflow.core.framework import function_pb2, graph_pb2
 from tensorflow.python.ops import control_flow_util, gen_data_flow_ops
 from tensorflow.python.ops import handle_data_util
 
+from smartstage.graph.stage_names import LANE_HAND_IN, LANE_INPUT_DISCARD, LANE_INPUT_SIZE
+
 
 @dataclass(frozen=True)
 class HandOff:
@@ -185,13 +187,13 @@ def build_hand_off(put: tf.Operation, ops: list[tf.Operation], cut: tuple[tf.Ten
     queue = gen_data_flow_ops.fifo_queue_v2(
         component_types=dtypes, shapes=shapes if all(s.is_fully_defined() for s in shapes) else [],
         capacity=1, name="input")
-    hand_in = gen_data_flow_ops.queue_enqueue_v2(queue, list(cut), name="hand_in")
+    hand_in = gen_data_flow_ops.queue_enqueue_v2(queue, list(cut), name=LANE_HAND_IN)
     taken = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="take_input")
     taken = list(taken) if isinstance(taken, (list, tuple)) else [taken]
     for tensor, value in zip(cut, taken):
         value.set_shape(tensor.shape)
-    size = gen_data_flow_ops.queue_size_v2(queue, name="input_size")
-    discard = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="input_discard")
+    size = gen_data_flow_ops.queue_size_v2(queue, name=LANE_INPUT_SIZE)
+    discard = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name=LANE_INPUT_DISCARD)
     discard = (discard[0] if isinstance(discard, (list, tuple)) else discard).op
     cut_map = dict(zip((t.name for t in cut), taken))
     tensors, controls = _outside_inputs(ops)

@@ -31,15 +31,16 @@ import tensorflow as tf
 from tensorflow.python.ops import gen_data_flow_ops
 
 from smartstage.graph.op_types import UNFEEDABLE_DTYPES
+from smartstage.graph.stage_names import (BATCH_BYTES, HEAD_TARGETS, LANE_DISCARD, LANE_ENQUEUE, LANE_MOVE,
+                                          LANE_OCCUPANCY, LANE_SIZE, LANES_SCOPE, PUT_OCCUPANCY, LaneNames,
+                                          lane_scope)
 from smartstage.runtime.stage.settings import StageSettings
 from smartstage.runtime.lanes.handoff import body_to_copy, build_hand_off, copy_refusal
 from smartstage.runtime.lanes.split import PrefetchSplit, split_prefetch_side
 
 logger = logging.getLogger(__name__)
 
-LANES_SCOPE = "lanes"
-REMOTE_LANES_SCOPE = "remote_lanes"  # lanes on input tasks (runtime/lanes/remote.py)
-LANE_SCOPES = (LANES_SCOPE, REMOTE_LANES_SCOPE)
+
 
 @dataclass(frozen=True)
 class Lane:
@@ -80,16 +81,42 @@ def bytes_of_batch(components: list[tf.Tensor]) -> tf.Tensor:
     return tf.add_n(parts) if parts else tf.constant(0, tf.int64)
 
 
+def find_lane(graph: tf.Graph, scope: str, index: int) -> Lane:
+    """Lane `index` as built under `scope` (by build_lane, with its hand-off ops when it has them); KeyError
+    when it was not built."""
+    names = LaneNames.of(scope, index)
+    lane = Lane(graph.get_operation_by_name(names.enqueue), graph.get_operation_by_name(names.move),
+                graph.get_tensor_by_name(names.occupancy), graph.get_tensor_by_name(names.size),
+                graph.get_operation_by_name(names.discard))
+    try:
+        return dataclasses.replace(
+            lane, hand_in=graph.get_operation_by_name(names.hand_in),
+            input_size=graph.get_tensor_by_name(names.input_size),
+            input_discard=graph.get_operation_by_name(names.input_discard),
+            batch_bytes=graph.get_tensor_by_name(names.batch_bytes))
+    except KeyError:
+        return lane
+
+
+def found_lane_graph(graph: tf.Graph, scope: str, split: PrefetchSplit, lanes: list[Lane],
+                     put_inputs: tuple[str, ...]) -> LaneGraph:
+    """The LaneGraph of `lanes` found under `scope`, with the scope's own ops (head targets, bytes, occupancy)."""
+    targets = graph.get_operation_by_name(f"{scope}/{HEAD_TARGETS}") if split.head_targets else None
+    return LaneGraph(split, tuple(lanes), targets, graph.get_tensor_by_name(f"{scope}/{BATCH_BYTES}:0"),
+                     graph.get_tensor_by_name(f"{scope}/{PUT_OCCUPANCY}:0"), put_inputs)
+
+
 def _existing(graph: tf.Graph, scope: str, put: tf.Operation, count: int) -> LaneGraph | None:
     """Lanes built earlier for the same put inputs (a second session on this graph), if any."""
+    first = LaneNames.of(scope, 0)
     try:
-        marker = graph.get_operation_by_name(f"{scope}/lane_0/enqueue")
+        marker = graph.get_operation_by_name(first.enqueue)
     except KeyError:
         return None
     inputs = tuple(t.name for t in put.inputs[1:])
     split = split_prefetch_side(put)
     try:  # a lane with its own body copy: built for the same head values
-        built_for = tuple(t.name for t in graph.get_operation_by_name(f"{scope}/lane_0/hand_in").inputs[1:])
+        built_for = tuple(t.name for t in graph.get_operation_by_name(first.hand_in).inputs[1:])
         expected = tuple(t.name for t in split.cut)
     except KeyError:
         built_for, expected = tuple(t.name for t in marker.inputs[1:]), inputs
@@ -97,26 +124,11 @@ def _existing(graph: tf.Graph, scope: str, put: tf.Operation, count: int) -> Lan
         return None
     lanes = []
     for index in range(count):
-        prefix = f"{scope}/lane_{index}"
         try:
-            lane = Lane(
-                graph.get_operation_by_name(f"{prefix}/enqueue"), graph.get_operation_by_name(f"{prefix}/move"),
-                graph.get_tensor_by_name(f"{prefix}/occupancy:0"), graph.get_tensor_by_name(f"{prefix}/size:0"),
-                graph.get_operation_by_name(f"{prefix}/discard"))
+            lanes.append(find_lane(graph, scope, index))
         except KeyError:
             break
-        try:
-            lane = dataclasses.replace(
-                lane, hand_in=graph.get_operation_by_name(f"{prefix}/hand_in"),
-                input_size=graph.get_tensor_by_name(f"{prefix}/input_size:0"),
-                input_discard=graph.get_operation_by_name(f"{prefix}/input_discard"),
-                batch_bytes=graph.get_tensor_by_name(f"{prefix}/batch_bytes:0"))
-        except KeyError:
-            pass
-        lanes.append(lane)
-    targets = graph.get_operation_by_name(f"{scope}/head_targets") if split.head_targets else None
-    return LaneGraph(split, tuple(lanes), targets, graph.get_tensor_by_name(f"{scope}/batch_bytes:0"),
-                     graph.get_tensor_by_name(f"{scope}/put_occupancy:0"), inputs)
+    return found_lane_graph(graph, scope, split, lanes, inputs)
 
 
 def build_lane(index: int, buffer: tf.Tensor, values: list[tf.Tensor], waits: list[tf.Operation],
@@ -126,19 +138,19 @@ def build_lane(index: int, buffer: tf.Tensor, values: list[tf.Tensor], waits: li
     the stage's `buffer`."""
     dtypes = [t.dtype.base_dtype for t in values]
     shapes = [t.shape for t in values]
-    with tf.compat.v1.name_scope(scope or f"lane_{index}"):
+    with tf.compat.v1.name_scope(scope or lane_scope(index)):
         queue = gen_data_flow_ops.fifo_queue_v2(
             component_types=dtypes, shapes=shapes if all(s.is_fully_defined() for s in shapes) else [],
             capacity=1, name="queue")
         with tf.control_dependencies(waits):
-            enqueue = gen_data_flow_ops.queue_enqueue_v2(queue, values, name="enqueue")
+            enqueue = gen_data_flow_ops.queue_enqueue_v2(queue, values, name=LANE_ENQUEUE)
         taken = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="dequeue")
         taken = list(taken) if isinstance(taken, (list, tuple)) else [taken]
-        move = gen_data_flow_ops.queue_enqueue_v2(buffer, taken, name="move")
+        move = gen_data_flow_ops.queue_enqueue_v2(buffer, taken, name=LANE_MOVE)
         with tf.control_dependencies([move]):
-            occupancy = gen_data_flow_ops.queue_size_v2(buffer, name="occupancy")
-        size = gen_data_flow_ops.queue_size_v2(queue, name="size")
-        discard = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="discard")
+            occupancy = gen_data_flow_ops.queue_size_v2(buffer, name=LANE_OCCUPANCY)
+        size = gen_data_flow_ops.queue_size_v2(queue, name=LANE_SIZE)
+        discard = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name=LANE_DISCARD)
         discard = (discard[0] if isinstance(discard, (list, tuple)) else discard).op
     return Lane(enqueue, move, occupancy, size, discard)
 
@@ -150,11 +162,11 @@ def _lane(index: int, put: tf.Operation, split: PrefetchSplit, body: list[tf.Ope
     reads the originals."""
     if body is None:
         return build_lane(index, buffer, components, waits)
-    with tf.compat.v1.name_scope(f"lane_{index}") as scope:
+    with tf.compat.v1.name_scope(lane_scope(index)) as scope:
         hand = build_hand_off(put, body, split.cut, waits)
         with tf.compat.v1.name_scope("bytes"):  # tf.size's "Size" would take the lane's "size" (names ignore case)
             total = bytes_of_batch(hand.values)
-        batch_bytes = tf.identity(total, name="batch_bytes")
+        batch_bytes = tf.identity(total, name=BATCH_BYTES)
     lane = build_lane(index, buffer, hand.values, hand.waits, scope)
     return dataclasses.replace(lane, hand_in=hand.hand_in, input_size=hand.size, input_discard=hand.discard,
                                batch_bytes=batch_bytes)
@@ -188,10 +200,10 @@ def lane_graph(graph: tf.Graph, stage_name: str, put: tf.Operation, buffer: tf.T
                                stage_name, refusal)
                 body = None
             lanes = [_lane(index, put, split, body, buffer, components, waits) for index in range(count)]
-            targets = tf.group(*split.head_targets, name="head_targets") if split.head_targets else None
-            batch_bytes = tf.identity(bytes_of_batch(components), name="batch_bytes")
+            targets = tf.group(*split.head_targets, name=HEAD_TARGETS) if split.head_targets else None
+            batch_bytes = tf.identity(bytes_of_batch(components), name=BATCH_BYTES)
             with tf.control_dependencies([put]):
-                put_occupancy = gen_data_flow_ops.queue_size_v2(buffer, name="put_occupancy")
+                put_occupancy = gen_data_flow_ops.queue_size_v2(buffer, name=PUT_OCCUPANCY)
     logger.debug("stage %s: built %d lanes under %s (head %d ops, %d cut tensors)",
                  stage_name, count, scope, len(split.head_ops), len(split.cut))
     return LaneGraph(split, tuple(lanes), targets, batch_bytes, put_occupancy,

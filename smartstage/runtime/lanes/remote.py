@@ -24,25 +24,17 @@ import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.ops import gen_data_flow_ops
 
-from smartstage.errors import StageRuntimeError
-from smartstage.runtime.lanes.lanes import (REMOTE_LANES_SCOPE, Lane, LaneGraph, build_lane, bytes_of_batch,
+from smartstage.errors import InputTaskError, StageRuntimeError
+from smartstage.graph.stage_names import (ATTR_CUT, ATTR_LANES, ATTR_MODE, ATTR_TASKS, ATTR_TIMEOUT, BATCH_BYTES,
+                                          HEAD_TARGETS, PUT_OCCUPANCY, REMOTE_LANES_SCOPE, LaneNames,
+                                          input_task_scope, input_tasks_marker)
+from smartstage.runtime.lanes.lanes import (LaneGraph, build_lane, bytes_of_batch, find_lane, found_lane_graph,
                                             prepare_lanes)
 from smartstage.runtime.lanes.split import PrefetchSplit
 
 logger = logging.getLogger(__name__)
 
-MARKER = "input_tasks"        # kept equal to passes/input_tasks.py (the runtime never imports a pass)
-COPY_SCOPE = "input_task_{}"
 _TASK_IN_MESSAGE = re.compile(r"/job:[\w-]+/replica:\d+/task:\d+")
-
-
-class InputTaskError(StageRuntimeError):
-    """An input task died, is unreachable, or did not answer in time; the message names it."""
-
-    def __init__(self, message: str, task: str, cause: BaseException | None = None):
-        super().__init__(message)
-        self.task = task
-        self.cause = cause
 
 
 @dataclass(frozen=True)
@@ -75,15 +67,15 @@ class RemotePlan:
 def remote_plan(graph: tf.Graph, stage_name: str) -> RemotePlan | None:
     """The plan the optimizer left for `stage_name` in `graph`, or None (the stage runs locally)."""
     try:
-        marker = graph.get_operation_by_name(f"{stage_name}/{MARKER}")
+        marker = graph.get_operation_by_name(input_tasks_marker(stage_name))
     except KeyError:
         return None
     attrs = marker.node_def.attr
-    return RemotePlan(stage_name, attrs["_smartstage_input_mode"].s.decode(),
-                      tuple(s.decode() for s in attrs["_smartstage_input_tasks"].list.s),
-                      tuple(s.decode() for s in attrs["_smartstage_input_cut"].list.s),
-                      int(attrs["_smartstage_input_timeout_millis"].i) or 60000,
-                      max(1, int(attrs["_smartstage_input_lanes_per_task"].i)))
+    return RemotePlan(stage_name, attrs[ATTR_MODE].s.decode(),
+                      tuple(s.decode() for s in attrs[ATTR_TASKS].list.s),
+                      tuple(s.decode() for s in attrs[ATTR_CUT].list.s),
+                      int(attrs[ATTR_TIMEOUT].i) or 60000,
+                      max(1, int(attrs[ATTR_LANES].i)))
 
 
 def _on_task(graph: tf.Graph, plan: RemotePlan, task: int, tensor: tf.Tensor) -> tf.Tensor:
@@ -91,7 +83,7 @@ def _on_task(graph: tf.Graph, plan: RemotePlan, task: int, tensor: tf.Tensor) ->
     if task == 0:
         return tensor
     try:
-        op = graph.get_operation_by_name(f"{plan.stage}/{COPY_SCOPE.format(task)}/{tensor.op.name}")
+        op = graph.get_operation_by_name(input_task_scope(plan.stage, task) + tensor.op.name)
     except KeyError:
         return tensor
     return op.outputs[tensor.value_index]
@@ -101,7 +93,7 @@ def _op_on_task(graph: tf.Graph, plan: RemotePlan, task: int, op: tf.Operation) 
     if task == 0:
         return op
     try:
-        return graph.get_operation_by_name(f"{plan.stage}/{COPY_SCOPE.format(task)}/{op.name}")
+        return graph.get_operation_by_name(input_task_scope(plan.stage, task) + op.name)
     except KeyError:
         return op
 
@@ -119,7 +111,7 @@ def remote_lane_graph(graph: tf.Graph, plan: RemotePlan, put: tf.Operation, buff
     split = PrefetchSplit(frozenset(), cut, head_targets_ops)
     components = list(put.inputs[1:])
     try:
-        graph.get_operation_by_name(f"{scope}/lane_0/enqueue")
+        graph.get_operation_by_name(LaneNames.of(scope, 0).enqueue)
         return _existing(graph, scope, plan, split, components)
     except KeyError:
         pass
@@ -135,10 +127,10 @@ def remote_lane_graph(graph: tf.Graph, plan: RemotePlan, put: tf.Operation, buff
             values = [_on_task(graph, plan, task, t) for t in components]
             waits = [_op_on_task(graph, plan, task, c) for c in put.control_inputs if c not in head_targets_ops]
             lanes.append(build_lane(index, buffer, values, waits))
-        targets = tf.group(*head_targets_ops, name="head_targets") if head_targets_ops else None
-        batch_bytes = tf.identity(bytes_of_batch(components), name="batch_bytes")
+        targets = tf.group(*head_targets_ops, name=HEAD_TARGETS) if head_targets_ops else None
+        batch_bytes = tf.identity(bytes_of_batch(components), name=BATCH_BYTES)
         with tf.control_dependencies([put]):
-            put_occupancy = gen_data_flow_ops.queue_size_v2(buffer, name="put_occupancy")
+            put_occupancy = gen_data_flow_ops.queue_size_v2(buffer, name=PUT_OCCUPANCY)
     logger.info("stage %s: %d lanes on input tasks %s (%s mode)", plan.stage, len(lanes), list(plan.tasks), plan.mode)
     return LaneGraph(split, tuple(lanes), targets, batch_bytes, put_occupancy, tuple(t.name for t in components))
 
@@ -168,15 +160,8 @@ def _is_head(op: tf.Operation, plan: RemotePlan) -> bool:
 
 
 def _existing(graph, scope, plan, split, components) -> LaneGraph:
-    lanes = []
-    for index in range(plan.lane_count):
-        prefix = f"{scope}/lane_{index}"
-        lanes.append(Lane(graph.get_operation_by_name(f"{prefix}/enqueue"), graph.get_operation_by_name(f"{prefix}/move"),
-                          graph.get_tensor_by_name(f"{prefix}/occupancy:0"), graph.get_tensor_by_name(f"{prefix}/size:0"),
-                          graph.get_operation_by_name(f"{prefix}/discard")))
-    targets = graph.get_operation_by_name(f"{scope}/head_targets") if split.head_targets else None
-    return LaneGraph(split, tuple(lanes), targets, graph.get_tensor_by_name(f"{scope}/batch_bytes:0"),
-                     graph.get_tensor_by_name(f"{scope}/put_occupancy:0"), tuple(t.name for t in components))
+    lanes = [find_lane(graph, scope, index) for index in range(plan.lane_count)]
+    return found_lane_graph(graph, scope, split, lanes, tuple(t.name for t in components))
 
 
 def _cause_line(error: BaseException) -> str:

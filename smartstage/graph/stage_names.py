@@ -1,0 +1,124 @@
+"""The names of the ops SmartStage adds beside a stage, spelled once for the code that writes them and the code
+that finds them again: the input-tasks marker (written by passes/input_tasks.py, read by runtime/lanes/remote.py
+and inspection/placement.py) and the lanes (built and found by runtime/lanes/, skipped by session/live_rewrite.py).
+
+    before:  f"{stage}/input_tasks", f"{scope}/lane_{i}/enqueue" spelled in the pass, the runtime and inspection
+    after:   input_tasks_marker(stage), LaneNames.of(scope, i).enqueue
+
+Strings only (no TensorFlow): the graph layer is the lowest one both the passes and the runtime read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The input-tasks pass's plan: the NoOp `<stage>/input_tasks`, whose attributes hold it, and task i's copies.
+INPUT_TASKS_MARKER = "input_tasks"
+INPUT_TASK_SCOPE = "input_task_{}"  # <stage>/input_task_<i>/<node>: task i's copy of a node
+ATTR_TASKS = "_smartstage_input_tasks"
+ATTR_MODE = "_smartstage_input_mode"
+ATTR_CUT = "_smartstage_input_cut"
+ATTR_TIMEOUT = "_smartstage_input_timeout_millis"
+ATTR_LANES = "_smartstage_input_lanes_per_task"
+
+# The lanes of a stage: `<stage>/lanes/` on the trainer, `<stage>/remote_lanes/` for a stage on input tasks.
+LANES_SCOPE = "lanes"
+REMOTE_LANES_SCOPE = "remote_lanes"
+LANE_SCOPES = (LANES_SCOPE, REMOTE_LANES_SCOPE)
+HEAD_TARGETS = "head_targets"         # <scope>/head_targets: the put's control inputs the head runs
+PUT_OCCUPANCY = "put_occupancy"       # <scope>/put_occupancy: the buffer's size right after the put
+BATCH_BYTES = "batch_bytes"           # <scope>/batch_bytes, <scope>/lane_<i>/batch_bytes: a batch's bytes
+
+# The ops inside `lane_<i>/` (runtime/lanes/lanes.py builds them; the hand-off ones: runtime/lanes/handoff.py).
+LANE_ENQUEUE = "enqueue"              # the body's run fills the lane's queue
+LANE_MOVE = "move"                    # the merger's dequeue -> enqueue into the stage buffer
+LANE_OCCUPANCY = "occupancy"          # the buffer's size right after the move
+LANE_SIZE = "size"                    # the lane queue's size
+LANE_DISCARD = "discard"              # drops one batch (re-initialisation)
+LANE_HAND_IN = "hand_in"              # the head's enqueue into the lane's input queue
+LANE_INPUT_SIZE = "input_size"
+LANE_INPUT_DISCARD = "input_discard"
+
+
+def input_tasks_marker(stage: str) -> str:
+    """The marker NoOp's name for `stage`.
+
+        before:  "stage"
+        after:   "stage/input_tasks"
+    """
+    return f"{stage}/{INPUT_TASKS_MARKER}"
+
+
+def input_task_scope(stage: str, task: int | str) -> str:
+    """The scope of task `task`'s copies of `stage`'s nodes, with its trailing slash.
+
+        before:  ("stage", 1)
+        after:   "stage/input_task_1/"
+    """
+    return f"{stage}/{INPUT_TASK_SCOPE.format(task)}/"
+
+
+def lane_scope(index: int) -> str:
+    """The name scope of lane `index` inside a stage's lanes scope: "lane_<index>"."""
+    return f"lane_{index}"
+
+
+@dataclass(frozen=True)
+class LaneNames:
+    """The names of lane `<prefix>`'s ops and tensors, as the runtime looks them up in a built graph.
+
+        before:  LaneNames.of("stage/lanes", 0)
+        after:   .enqueue == "stage/lanes/lane_0/enqueue", .size == "stage/lanes/lane_0/size:0"
+    """
+
+    prefix: str  # "<stage>/lanes/lane_<i>"
+
+    @classmethod
+    def of(cls, scope: str, index: int) -> "LaneNames":
+        return cls(f"{scope}/{lane_scope(index)}")
+
+    def _op(self, name: str) -> str:
+        return f"{self.prefix}/{name}"
+
+    @property
+    def enqueue(self) -> str:
+        return self._op(LANE_ENQUEUE)
+
+    @property
+    def move(self) -> str:
+        return self._op(LANE_MOVE)
+
+    @property
+    def occupancy(self) -> str:
+        return self._op(LANE_OCCUPANCY) + ":0"
+
+    @property
+    def size(self) -> str:
+        return self._op(LANE_SIZE) + ":0"
+
+    @property
+    def discard(self) -> str:
+        return self._op(LANE_DISCARD)
+
+    @property
+    def hand_in(self) -> str:
+        return self._op(LANE_HAND_IN)
+
+    @property
+    def input_size(self) -> str:
+        return self._op(LANE_INPUT_SIZE) + ":0"
+
+    @property
+    def input_discard(self) -> str:
+        return self._op(LANE_INPUT_DISCARD)
+
+    @property
+    def batch_bytes(self) -> str:
+        return self._op(BATCH_BYTES) + ":0"
+
+
+__all__ = ["ATTR_CUT", "ATTR_LANES", "ATTR_MODE", "ATTR_TASKS", "ATTR_TIMEOUT", "BATCH_BYTES", "HEAD_TARGETS",
+           "INPUT_TASKS_MARKER", "INPUT_TASK_SCOPE", "LANE_DISCARD", "LANE_ENQUEUE", "LANE_HAND_IN",
+           "LANE_INPUT_DISCARD", "LANE_INPUT_SIZE", "LANE_MOVE", "LANE_OCCUPANCY", "LANE_SCOPES", "LANE_SIZE",
+           "LANES_SCOPE", "LaneNames", "PUT_OCCUPANCY", "REMOTE_LANES_SCOPE", "input_task_scope",
+           "input_tasks_marker", "lane_scope"]
