@@ -46,6 +46,9 @@ def accelerator_targets(summary: dict) -> dict[str, Any]:
     stage (>= 1.0x), medians over the per-repeat ratios."""
     rates = {name: _rates(summary["samples"].get((name, DEFAULT_SETTING), [])) for name in CONFIGS_BY_NAME}
     bare, bound = bare_and_bound(summary)
+    # Where the CPU bound is below the bare step (short device times), no pipeline on these cores reaches the
+    # bare step: the limit is the lower of the two.
+    limit = [min(b, c) if b and c else None for b, c in zip(bare, bound)]
     measured = {name: Spread.of(rates[name]) for name in ALTERNATIVES if Spread.of(rates[name]).n}
     best = max(measured, key=lambda name: measured[name].median) if measured else None
     alt = rates[best] if best else []
@@ -54,7 +57,8 @@ def accelerator_targets(summary: dict) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in HELD:
         x = {"of_bare": _ratio(rates[name], bare), "vs_best_alternative": _ratio(rates[name], alt),
-             "vs_no_stage": _ratio(rates[name], rates["no_stage"]), "of_cpu_bound": _ratio(rates[name], bound)}
+             "vs_no_stage": _ratio(rates[name], rates["no_stage"]), "of_cpu_bound": _ratio(rates[name], bound),
+             "of_limit": _ratio(rates[name], limit)}
         x["met"] = {f">= {TARGET_OF_BARE} of the bare step": x["of_bare"].median >= TARGET_OF_BARE,
                     f">= {required:g}x best alternative": x["vs_best_alternative"].median >= required,
                     "never below no stage (>= 1.0x)": x["vs_no_stage"].median >= 1.0}
@@ -79,7 +83,7 @@ def accelerator_table(summaries: list[dict]) -> str:
 
 def ratios_table(summaries: list[dict]) -> str:
     header = ["workload", "configuration", "of the bare step", "x best alternative (which; bar)", "x no stage",
-              "of the CPU bound", "targets met"]
+              "of min(bare step, CPU bound)", "targets met"]
     rows = []
     for s in summaries:
         a = s["accelerator"]
@@ -88,7 +92,7 @@ def ratios_table(summaries: list[dict]) -> str:
             missed = [k for k, ok in t["met"].items() if not ok]
             rows.append([s["workload"].name, CONFIGS_BY_NAME[name].label, t["of_bare"].text(2),
                          f"{t['vs_best_alternative'].text(2)} ({a['best_alternative']}; {a['required']:g}x)",
-                         t["vs_no_stage"].text(2), t["of_cpu_bound"].text(2),
+                         t["vs_no_stage"].text(2), t["of_limit"].text(2),
                          f"{len(t['met']) - len(missed)} of {len(t['met'])}"
                          + ("" if not missed else " (not: " + "; ".join(missed) + ")")])
     return markdown_table(header, rows)
