@@ -135,3 +135,32 @@ def accelerator_plot(summaries: list[dict]):
         ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def summaries_from_json(path: str) -> tuple[dict, list[dict]]:
+    """A written accelerator JSON read back into what accelerator_markdown takes (tables re-made with this code)."""
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from benchmarks.runners import Workload
+
+    result = json.loads(Path(path).read_text())
+    summaries = []
+    for w in result["workloads"]:
+        samples = {}
+        for key, values in w["samples"].items():
+            name = key.split(" [")[0]
+            if key == f"{name} [{DEFAULT_SETTING.label}]":
+                samples[(name, DEFAULT_SETTING)] = [SimpleNamespace(**v) if v else None for v in values]
+        summary = {"workload": Workload(**w["workload"]), "samples": samples, "bounds": w["bounds"]}
+        summary.update(accelerator_targets(summary))
+        summaries.append(summary)
+    return result, summaries
+
+
+if __name__ == "__main__":  # python -m benchmarks.accelerator_tables docs/perf/accelerator.json
+    import sys
+
+    result, summaries = summaries_from_json(sys.argv[1])
+    print(accelerator_markdown(result, summaries), end="")
