@@ -18,6 +18,7 @@ from tensorflow.core.protobuf import meta_graph_pb2
 
 from smartstage.config.options import SmartStageOptions, options_from_config
 from smartstage.errors import ConfigError, TargetError
+from smartstage.graph.edits import stage_defs_after
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.load import collection_targets, load_graph, stage_defs_of, store_stage_defs
 from smartstage.passes.manager import PassContext, PassManager
@@ -177,7 +178,8 @@ def _optimize(graph, config, targets, feeds, overrides) -> OptimizeResult:
         if graph_def is not loaded.graph_def:
             meta.graph_def.CopyFrom(graph_def)
         graph_def = meta.graph_def
-        store_stage_defs(meta, [s.stage_def for s in ctx.stages if s.stage_def is not None])
+        # The StageDefs the passes' edit logs leave (passes never edit the given protos in place).
+        store_stage_defs(meta, stage_defs_after(ctx.stage_defs, (e for r in reports for e in r.edits)))
     elif graph_def is loaded.graph_def:  # nothing changed
         graph_def = _own(graph_def, loaded.borrowed)
     return OptimizeResult(

@@ -16,13 +16,13 @@ from smartstage.graph.edits import EditLog, apply_to_graph_def
 from smartstage.graph.names import parse_tensor_name
 from smartstage.passes.manager import PassContext, PassResult
 from smartstage.passes.rewrite import describe_dtypes, rebuild_boundary
+from smartstage.passes.stage_defs import replace_stage_def, with_fields
 
 
 class ExpandStage:
     name = "expand_stage"
     requires = ("partitions",)
     provides = ()
-    updates = ("stage_defs",)  # the boundary tensors / lanes of each StageDef it rewrites
 
     def run(self, graph_def: graph_pb2.GraphDef, ctx: PassContext) -> PassResult:
         view = ctx.view_of(graph_def)
@@ -44,10 +44,8 @@ class ExpandStage:
             if p.control_reroutes:
                 summary.append(f"{p.stage.name}: re-routed {len(p.control_reroutes)} control edge(s) across the cut "
                                "through the put and the take")
-            if p.stage.stage_def is not None:
-                del p.stage.stage_def.boundary_tensors[:]
-                p.stage.stage_def.boundary_tensors.extend(p.boundary_after)
-                log.set_stage_def(p.stage.stage_def)
+            if p.stage.stage_def is not None:  # a new StageDef: the partition's and ctx.stages' boundary carry it
+                replace_stage_def(ctx, log, p.stage, with_fields(p.stage.stage_def, boundary_tensors=p.boundary_after))
         _move_late_puts(log, view, [p.stage.put for p in todo])
         new = apply_to_graph_def(graph_def, log.edits, view)
         return PassResult(new, changed=True, summary=tuple(summary), details=boundary_types,

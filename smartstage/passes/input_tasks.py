@@ -37,6 +37,7 @@ from smartstage.graph.view import GraphView
 from smartstage.passes.gpu.devices import stage_task
 from smartstage.passes.gpu.prefetch_sides import prefetch_sides
 from smartstage.passes.manager import PassContext, PassResult
+from smartstage.passes.stage_defs import replace_stage_def, with_fields
 from smartstage.protos import AUTOTUNE
 
 _ITERATOR_OPS = {"IteratorV2", "Iterator"}
@@ -74,7 +75,6 @@ class InputTasks:
     name = "input_tasks"
     requires = ("stages",)
     provides = ()
-    updates = ("stage_defs",)  # num_threads: one lane per input task at least
 
     def run(self, graph_def: graph_pb2.GraphDef, ctx: PassContext) -> PassResult:
         options = ctx.options
@@ -83,7 +83,7 @@ class InputTasks:
         log = EditLog(view)
         sides = prefetch_sides(view, ctx.stages)
         summary, details = [], {}
-        for stage in ctx.stages:
+        for stage in list(ctx.stages):  # a stage whose StageDef changes is replaced in ctx.stages
             trainer = stage_task([view.node(n).device for n in stage.ops if n in view]).to_string()
             plan = StageInputPlacement(stage.name, options.input_mode, trainer or "(the session's task)", tasks)
             details[stage.name] = plan
@@ -103,8 +103,8 @@ class InputTasks:
             if stage.stage_def is not None:
                 lanes = len(tasks) * options.input_lanes_per_task
                 if stage.stage_def.num_threads != AUTOTUNE and stage.stage_def.num_threads < lanes:
-                    stage.stage_def.num_threads = lanes  # one lane per task at least (AUTOTUNE is kept)
-                    log.set_stage_def(stage.stage_def)
+                    # one lane per task at least (AUTOTUNE is kept)
+                    replace_stage_def(ctx, log, stage, with_fields(stage.stage_def, num_threads=lanes))
             where = f"{tasks[0]}" + (f" .. task:{len(tasks) - 1}" if len(tasks) > 1 else "")
             if plan.mode == "central":
                 summary.append(f"{stage.name}: {len(plan.body)} body node(s) on {where} ({plan.copies} copied for "

@@ -15,7 +15,8 @@ The contract is declared, and checked twice:
 - after each pass runs (as onnx-ir's PassBase does): every field it `provides` has been set; a pass that
   reports no change returns the very GraphDef it was given, and one that reports a change returns a new one
   (passes never edit their input); a StageDef (the stage metadata stored with the graph) changes only in a
-  pass that declares it `updates` "stage_defs". A pass that breaks it is a PassError naming the pass.
+  pass that declares it `updates` "stage_defs" (the built-in passes declare none: they record a new StageDef in
+  their edit log, passes/stage_defs.py). A pass that breaks it is a PassError naming the pass.
 """
 
 from __future__ import annotations
@@ -227,4 +228,6 @@ def _check_contract(p: Pass, given: graph_pb2.GraphDef, result: PassResult, ctx:
     after = ctx.stage_def_bytes()
     edited = [key for key, value in stage_defs_before.items() if after.get(key, value) != value]
     if edited and "stage_defs" not in getattr(p, "updates", ()):
-        raise broken("it edited a StageDef without declaring it; add `updates = (\"stage_defs\",)` to the pass")
+        raise broken("it edited a StageDef without declaring it; record a new one with "
+                     "passes.stage_defs.replace_stage_def (the edit log carries it to the optimizer and the "
+                     "session), or add `updates = (\"stage_defs\",)` to the pass")
