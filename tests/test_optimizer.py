@@ -128,6 +128,19 @@ def test_bad_graphs_get_errors_that_name_the_node(mutate, message):
 
 
 def test_boundary_tensor_of_unknown_dtype_is_a_clear_error():
+    #   r -> mystery (an op this TensorFlow does not know) -> put(r, mystery) ~~ take -> h -> out
+    #                                                                       take:1 -> out2
+    # h moves, so the buffer is rebuilt, and mystery:0 still crosses: its dtype is needed and cannot be known.
+    g = G(reader("r"), N("mystery", "DeepRecOnlyOp", ["r"]), *fifo_stage(["r", "mystery"]),
+          N("h", "StringToHashBucketFast", ["stage/take"], num_buckets=3), N("out", "Identity", ["h"], T=tf.int64),
+          N("out2", "Identity", ["stage/take:1"], T=tf.string))
+    with pytest.raises(GraphError, match=r"stage 'stage': tensor 'mystery:0' must cross the boundary, but its dtype "
+                                         r"cannot be known \(node 'mystery' has op type 'DeepRecOnlyOp'.*mark it as a "
+                                         r"target .*\[in pass 'expand_stage'"):
+        optimize(g, ON)
+
+
+def test_a_tensor_of_unknown_dtype_that_does_not_cross_is_no_error():
     g = G(reader("r"), *fifo_stage(["r"]), N("mystery", "DeepRecOnlyOp", ["r"]),
           *fifo_stage(["mystery"], name="s2"), N("h", "StringToHashBucketFast", ["stage/take"], num_buckets=3),
           N("out", "Identity", ["h"], T=tf.int64), N("out2", "Identity", ["s2/take"], T=tf.string))

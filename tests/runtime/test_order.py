@@ -20,6 +20,8 @@ import tensorflow as tf
 
 import smartstage as ss_top
 import smartstage.runtime as ss
+from smartstage.runtime.lanes.lanes import autotune_max_lanes
+from smartstage.runtime.tuning.autotune import AUTOTUNE_HARD_CAPACITY
 from tests.runtime.helpers import bounded, drain, range_input
 
 STEPS = 30
@@ -79,7 +81,11 @@ def test_every_step_is_identical_to_the_unstaged_graph(num_threads, capacity):
 def test_autotune_defaults_are_identical_too():
     got, stats = _run({})
     _assert_identical(got, _unstaged())
-    assert stats.decision is not None
+    # The tuner decided for this stage, within its bounds: the lanes built for AUTOTUNE, its hard capacity.
+    decision = stats.decision
+    assert stats.ordered and decision.stage == stats.stage, decision
+    assert 1 <= decision.num_threads <= autotune_max_lanes(), decision
+    assert 1 <= decision.capacity <= AUTOTUNE_HARD_CAPACITY, decision
 
 
 def test_the_unordered_opt_out_delivers_every_batch_once():
