@@ -8,8 +8,16 @@ nothing leaks out of it, so the v1 tests that run in the same process keep their
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from tensorflow.python.eager import context
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -17,3 +25,22 @@ def eager():
     """Eager execution for one test (tf.function, tf.data iteration, Keras fit), as in a user's TF2 script."""
     with context.eager_mode():
         yield
+
+
+@pytest.fixture(scope="session")
+def run_eager_child(tmp_path_factory):
+    """Runs a test file as a user's TF2 script in a child process (no conftest there, so eager execution is on):
+    `python <file> <dir>`; returns the JSON record the child wrote to `<dir>/<record>`.
+
+        before:  subprocess.run([sys.executable, __file__, out], ...) and json.loads(...) in each eager test module
+        after:   run_eager_child(__file__, "calls.json") -> {"staged": {"raised": "EagerModeError", ...}, ...}
+    """
+    def run(script: str, record: str, timeout: int = 600) -> dict:
+        out = tmp_path_factory.mktemp(Path(script).stem)
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
+        proc = subprocess.run([sys.executable, str(script), str(out)], cwd=REPO_ROOT, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads((out / record).read_text())
+
+    return run

@@ -13,14 +13,12 @@ points are also called inside `with tf.Graph().as_default():` of that eager prog
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+RECORD = "calls.json"  # what the child writes (conftest's run_eager_child reads it)
 STEPS = 6
 
 # Public names that are not called: exception types, constants, and result types that entry points return.
@@ -58,13 +56,8 @@ IN_GRAPH = {"staged", "mark_target_node", "make_prefetch_hook", "make_pipeline_h
 
 
 @pytest.fixture(scope="module")
-def eager_calls(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("eager")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, __file__, str(out)], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads((out / "calls.json").read_text())
+def eager_calls(run_eager_child) -> dict:
+    return run_eager_child(__file__, RECORD)
 
 
 def test_every_public_entry_point_is_called_in_eager_mode():
@@ -229,7 +222,7 @@ def _child(out: Path) -> None:  # pragma: no cover - runs in the subprocess
         "Session()": _record(in_graph(lambda t: ss.Session().close())),
         "MonitoredTrainingSession": _record(monitored),
     }
-    (out / "calls.json").write_text(json.dumps(record, indent=1))
+    (out / RECORD).write_text(json.dumps(record, indent=1))
 
 
 if __name__ == "__main__":

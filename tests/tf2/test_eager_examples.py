@@ -14,14 +14,12 @@ fresh graphs and compares the losses step by step.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+RECORD = "examples.json"  # what the child writes (conftest's run_eager_child reads it)
 STEPS = 5
 ROWS = 256
 KEYS = ("dlrm", "wide_deep", "device", "deeprec")  # device: examples/device.build_device_model (1 ms device wait)
@@ -63,13 +61,8 @@ def _only(key: str, files, data: str):
 
 
 @pytest.fixture(scope="module")
-def eager_run(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("eager_examples")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, __file__, str(out)], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads((out / "examples.json").read_text())
+def eager_run(run_eager_child) -> dict:
+    return run_eager_child(__file__, RECORD)
 
 
 def test_the_child_runs_eagerly(eager_run):
@@ -121,7 +114,7 @@ def _child(out: Path) -> None:  # pragma: no cover - runs in the subprocess
         record["export_graph_def()"] = {"raised": None}
     except Exception as error:  # noqa: BLE001  (recorded for the parent to judge)
         record["export_graph_def()"] = {"raised": type(error).__name__, "message": str(error)}
-    (out / "examples.json").write_text(json.dumps(record))
+    (out / RECORD).write_text(json.dumps(record))
 
 
 if __name__ == "__main__":
