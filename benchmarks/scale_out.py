@@ -127,7 +127,10 @@ def _graph(read_millis: int, lanes: int, tasks: int, work: int = 0, train_work: 
     return ss.optimize(meta, config, targets=[train, "loss"]).meta_graph_def, init, train
 
 
-def _measure(meta, init: str, train: str, target: str, steps: int, warmup: int, cpu: list | None = None) -> float:
+def _measure(meta, init: str, train: str, target: str, steps: int, warmup: int, cpu: list | None = None,
+             others=None, other_cpu: list | None = None) -> float:
+    """Steps/s of one configuration; with `cpu`, also the trainer process's CPU per step; with `others` (a
+    function giving the input tasks' CPU seconds so far), their CPU per step into `other_cpu`."""
     import tensorflow as tf
 
     import smartstage as ss
@@ -142,11 +145,14 @@ def _measure(meta, init: str, train: str, target: str, steps: int, warmup: int, 
                 for _ in range(warmup):
                     sess.run(train)
                 start, used = time.perf_counter(), time.process_time()
+                tasks_used = others() if others is not None else 0.0
                 for _ in range(steps):
                     sess.run(train)
                 rate = steps / (time.perf_counter() - start)
                 if cpu is not None:  # the trainer process's CPU per step (its server's threads included)
                     cpu.append((time.process_time() - used) / steps)
+                if others is not None and other_cpu is not None:
+                    other_cpu.append((others() - tasks_used) / steps)
                 return rate
 
 

@@ -6,8 +6,9 @@ Run from benchmarks/scale_out.py (which holds the job's graph and the loopback s
 process pins itself to core 0 before TensorFlow starts a thread, each input-task process to core 1
 (threads inherit a process's affinity), so AUTOTUNE's local lanes share the trainer's one core while an
 input task brings a core of its own. Measured, interleaved in every repeat: steps/s and the trainer
-process's CPU per step of each configuration, and the preprocessing's CPU per batch alone. From those,
-benchmarks/scale_out_model.py predicts the measured configurations (the check) and larger clusters.
+process's and the input-task processes' CPU per step of each configuration (/proc/<pid>/stat), and the
+preprocessing's CPU per batch alone. From those, benchmarks/scale_out_model.py predicts the measured
+configurations (the check) and larger clusters.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ def _input_cpu_per_batch(work: int, batches: int = 40) -> float:
             return (time.process_time() - used) / batches
 
 
+def _process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, every thread) a process has used: /proc/<pid>/stat fields 14 and 15."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_cpu_bound(args) -> int:
     os.sched_setaffinity(0, {TRAINER_CORE})  # before TensorFlow's thread pools exist
     import tensorflow as tf
@@ -63,6 +71,8 @@ def run_cpu_bound(args) -> int:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
     samples = {name: [] for name in CONFIGS}
     cpu = {name: [] for name in CONFIGS}
+    task_cpu = {name: [] for name in CONFIGS}
+    tasks_used = lambda: sum(_process_cpu(p.pid) for p in servers)  # noqa: E731
     input_cpu: list[float] = []
     started = time.perf_counter()
     try:
@@ -71,7 +81,8 @@ def run_cpu_bound(args) -> int:
         for repeat in range(args.repeats):
             input_cpu.append(_input_cpu_per_batch(args.work))
             for name, (meta, init, train) in graphs.items():
-                samples[name].append(_measure(meta, init, train, server.target, args.steps, args.warmup, cpu[name]))
+                samples[name].append(_measure(meta, init, train, server.target, args.steps, args.warmup, cpu[name],
+                                              tasks_used, task_cpu[name]))
             print(f"repeat {repeat + 1}/{args.repeats}: input side alone {1000 * input_cpu[-1]:.1f} ms CPU a batch; "
                   + ", ".join(f"{n} {s[-1]:.1f} steps/s ({1000 * cpu[n][-1]:.1f} ms CPU a step)"
                               for n, s in samples.items()), file=sys.stderr, flush=True)
@@ -80,29 +91,34 @@ def run_cpu_bound(args) -> int:
             process.kill()
             process.wait(timeout=10)
     median = {name: statistics.median(v) for name, v in samples.items()}
-    model = ClusterModel.fit(c_in=statistics.median(input_cpu),
-                             local_cpu=statistics.median(cpu["trainer, AUTOTUNE"]),
-                             task_cpu=statistics.median(cpu["input tasks 1"]),
-                             boundary_bytes=4 * 4 * 64)  # [batch 64, 4] float32
+    model = ClusterModel(c_in=statistics.median(input_cpu), local_cpu=statistics.median(cpu["trainer, AUTOTUNE"]),
+                         trainer_cpu=statistics.median(cpu["input tasks 1"]),
+                         task_cpu=statistics.median(task_cpu["input tasks 1"]),
+                         lane_seconds=1.0 / median["input tasks 1"],
+                         boundary_bytes=4 * 4 * 64)  # [batch 64, 4] float32
     base = median["trainer, AUTOTUNE"]
     lines = [f"CPU-bound scale-out ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, `python -m benchmarks.scale_out --cpu-bound --repeats {args.repeats} --steps "
              f"{args.steps} --work {args.work} --train-work {args.train_work}`), {time.perf_counter() - started:.0f} s, load average "
              f"{tuple(round(x, 2) for x in os.getloadavg())} at end; trainer on core {TRAINER_CORE} ({cores} core), "
              f"input tasks on core {TASK_CORE}; {args.repeats} interleaved repeats, median [min, max]:", "",
-             "| configuration | steps/s | x trainer, AUTOTUNE | trainer CPU ms/step | model predicts |",
-             "|---|---|---|---|---|"]
+             "| configuration | steps/s | x trainer, AUTOTUNE | CPU ms a step: trainer | input tasks | model predicts |",
+             "|---|---|---|---|---|---|"]
+    # the check: the model with this machine's cores (the trainer 1, the tasks 1 between them); "input tasks 1"
+    # fitted lane_seconds, so its prediction is the measurement where the lane binds
     predicted = {"trainer, AUTOTUNE": model.local_rate(1), "input tasks 1": model.tasks_rate(1, 1, 1),
-                 "input tasks 2": model.tasks_rate(1, 2, 1)}
+                 "input tasks 2": model.tasks_rate(1, 2, 0.5)}
     for name, values in samples.items():
         lines.append(f"| {name} | {median[name]:.1f} [{min(values):.1f}, {max(values):.1f}] | "
                      f"{median[name] / base:.2f}x | {1000 * statistics.median(cpu[name]):.1f} | "
+                     f"{1000 * statistics.median(task_cpu[name]):.1f} | "
                      f"{predicted[name]:.1f} |")
     lines += ["", model_text(model)]
     text = "\n".join(lines) + "\n"
     print(text)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "scale_out-cpu-latest.json").write_text(json.dumps(
-        {"args": vars(args), "samples": samples, "trainer_cpu_per_step": cpu, "input_cpu_per_batch": input_cpu,
+        {"args": vars(args), "samples": samples, "trainer_cpu_per_step": cpu, "task_cpu_per_step": task_cpu,
+         "input_cpu_per_batch": input_cpu,
          "model": model.as_dict(), "predicted": predicted}, indent=2))
     (OUT / "scale_out-cpu-latest.md").write_text(text)
     if args.publish:

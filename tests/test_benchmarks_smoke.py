@@ -153,18 +153,21 @@ def test_tf2_smoke_measures_every_program(tmp_path):
     assert ">= 0.95x hand-written" in (tmp_path / "tf2-latest.md").read_text()
 
 
-def test_the_cluster_model_predicts_from_its_three_terms():
+def test_the_cluster_model_predicts_from_the_measured_cpu_of_each_side():
     from benchmarks.scale_out_model import ClusterModel
 
-    # prefetch side alone 10 ms a batch; the trainer 16 ms a step with everything local, 8 ms with one task
-    model = ClusterModel.fit(c_in=0.010, local_cpu=0.016, task_cpu=0.008, boundary_bytes=1000)
-    assert model.c_step == pytest.approx(0.006) and model.c_rpc == pytest.approx(0.002)
-    assert model.local_rate(1) == pytest.approx(1 / 0.016)
-    assert model.tasks_rate(1, 1, 1) == pytest.approx(1 / 0.012)   # the task's core: c_in + c_rpc
-    assert model.tasks_rate(1, 2, 1) == pytest.approx(1 / 0.008)   # two tasks: the trainer's core binds
-    assert model.tasks_rate(8, 4, 4, lanes_per_task=1) == pytest.approx(4 / 0.012)  # one lane uses one core
-    assert model.tasks_needed(1, 1) == 2
-    slow_link = ClusterModel.fit(0.010, 0.016, 0.008, boundary_bytes=10**6, bandwidth=10**8)
+    # the trainer: 28 ms of CPU a step with everything local, 11 ms with input tasks; a task 12.5 ms of CPU a
+    # batch; a lane 25 ms a batch, wall (one batch at a time: head, round trip, body)
+    model = ClusterModel(c_in=0.010, local_cpu=0.028, trainer_cpu=0.011, task_cpu=0.0125, lane_seconds=0.025,
+                         boundary_bytes=1000)
+    assert model.local_rate(1) == pytest.approx(1 / 0.028)
+    assert model.tasks_rate(1, 1, 1) == pytest.approx(1 / 0.025)       # one lane binds
+    assert model.tasks_rate(1, 2, 1) == pytest.approx(2 / 0.025)       # two lanes bind
+    assert model.tasks_rate(8, 4, 0.25) == pytest.approx(1 / 0.0125)   # four tasks sharing one core: it binds
+    assert model.tasks_rate(1, 4, 1) == pytest.approx(1 / 0.011)       # four: the trainer's core binds
+    assert model.tasks_rate(8, 4, 4, lanes_per_task=4) == pytest.approx(16 / 0.025)
+    assert model.tasks_needed(1, 1) == 3 and model.tasks_needed(8, 4, 4) == 5  # 90.9 over 40; 727 over 160
+    slow_link = ClusterModel(0.010, 0.028, 0.011, 0.0125, 0.025, boundary_bytes=10**6, bandwidth=10**8)
     assert slow_link.tasks_rate(8, 16, 4, 4) == pytest.approx(100.0)  # 100 MB/s over 1 MB batches
 
 
