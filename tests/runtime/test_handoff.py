@@ -32,7 +32,7 @@ def _side(n: int = 12):
     return x, parse, hashed, table
 
 
-def test_each_lane_copies_what_depends_on_the_batch_and_nothing_else(graph):
+def test_the_lanes_copy_what_depends_on_the_batch_and_nothing_else_once(graph):
     x, parse, hashed, _ = _side()
     y = ss.staged([hashed, x], num_threads=2, capacity=2)
     put = graph.get_operation_by_name(next(iter(stage_defs(graph))).put_node)
@@ -42,8 +42,11 @@ def test_each_lane_copies_what_depends_on_the_batch_and_nothing_else(graph):
     lanes, why = lane_graph(graph, "stage", put, put.inputs[0], 2)
     assert why == "" and all(lane.hand_in is not None for lane in lanes.lanes)
     lane = lanes.lanes[1]
-    assert [t.name for t in lane.hand_in.inputs[1:]] == [t.name for t in split.cut]
-    body_ops = [op for op in graph.get_operations() if op.name.startswith("stage/lanes/lane_1/body/")]
+    assert lane is lanes.lanes[0]   # shared lanes: one copy of the body, each run fed its ticket
+    assert lane.hand_in.inputs[0] is lane.ticket and lane.hand_in.type == "MapStage"
+    assert [t.name for t in lane.hand_in.inputs[2:]] == [t.name for t in split.cut]
+    assert not [op for op in graph.get_operations() if op.name.startswith("stage/lanes/lane_1/")]
+    body_ops = [op for op in graph.get_operations() if op.name.startswith("stage/lanes/lane_0/body/")]
     finds = [op for op in body_ops if op.type == "LookupTableFindV2"]
     assert len(finds) == 1 and finds[0].inputs[0].op.type == "HashTableV2"
     assert finds[0].inputs[0].op.name == "table"       # the original table

@@ -20,7 +20,9 @@ def test_lanes_built_once_are_found_again_by_their_names(graph):
     put = graph.get_operation_by_name(next(iter(stage_defs(graph))).put_node)
     built, why = lane_graph(graph, "stage", put, put.inputs[0], 2)
     assert why == "" and len(built.lanes) == 2 and all(lane.hand_in is not None for lane in built.lanes)
-    names = LaneNames.of("stage/lanes", 1)
+    assert built.lanes[1] is built.lanes[0]  # shared lanes: every lane runs lane 0's ops, fed its ticket
+    assert built.lanes[0].ticket.name == "stage/lanes/lane_0/ticket:0"
+    names = LaneNames.of("stage/lanes", 0)
     assert (built.lanes[1].enqueue.name, built.lanes[1].move.name, built.lanes[1].occupancy.name,
             built.lanes[1].size.name, built.lanes[1].discard.name, built.lanes[1].hand_in.name,
             built.lanes[1].input_size.name, built.lanes[1].input_discard.name, built.lanes[1].batch_bytes.name) == (

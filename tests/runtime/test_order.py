@@ -22,7 +22,7 @@ import smartstage as ss_top
 import smartstage.runtime as ss
 from smartstage.runtime.lanes.lanes import autotune_max_lanes
 from smartstage.runtime.tuning.autotune import AUTOTUNE_HARD_CAPACITY
-from tests.runtime.helpers import bounded, drain, range_input
+from tests.runtime.helpers import bounded, drain, range_input, wait_until
 
 STEPS = 30
 
@@ -42,7 +42,10 @@ def _model(staged_kwargs: dict | None, n: int = STEPS):
     return [loss, features[0], features[1]], step, w
 
 
-def _run(staged_kwargs: dict | None, n: int = STEPS):
+def _run(staged_kwargs: dict | None, n: int = STEPS, lanes_ready: bool = False):
+    """Every step's values (last: the trained variable) and the stage's stats. lanes_ready: the steps start
+    once every lane but worker 0 has its executors (while they build, worker 0 puts: on a fast machine it can
+    put every batch before they are ready, and no lane would produce)."""
     with tf.Graph().as_default() as graph:
         fetches, step, w = _model(staged_kwargs, n)
         with tf.compat.v1.Session(graph=graph) as sess:
@@ -50,14 +53,17 @@ def _run(staged_kwargs: dict | None, n: int = STEPS):
             if staged_kwargs is None:
                 return drain(sess, [fetches, step]) + [[[sess.run(w)], None]], None
             with ss.start_prefetch_threads(sess) as threads:
+                if lanes_ready:
+                    producer = threads._stages[0].producer  # noqa: SLF001
+                    wait_until(lambda: all(producer._ready[1:]), "the lanes' executors")  # noqa: SLF001
                 got = drain(sess, [fetches, step]) + [[[sess.run(w)], None]]   # last: the trained variable
                 stats = threads.stats()[0]
     return got, stats
 
 
-@functools.lru_cache(maxsize=1)
-def _unstaged():
-    return _run(None)[0]
+@functools.lru_cache(maxsize=2)
+def _unstaged(n: int = STEPS):
+    return _run(None, n)[0]
 
 
 def _assert_identical(got, want) -> None:
@@ -70,8 +76,10 @@ def _assert_identical(got, want) -> None:
 @pytest.mark.parametrize("num_threads", [1, 2, 4])
 @pytest.mark.parametrize("capacity", [1, 4, 40])
 def test_every_step_is_identical_to_the_unstaged_graph(num_threads, capacity):
-    got, stats = _run({"num_threads": num_threads, "capacity": capacity})
-    _assert_identical(got, _unstaged())
+    # more batches than the buffer holds, so the lanes produce once ready (worker 0 fills the buffer first)
+    n = STEPS if num_threads == 1 else capacity + STEPS
+    got, stats = _run({"num_threads": num_threads, "capacity": capacity}, n, lanes_ready=True)
+    _assert_identical(got, _unstaged(n))
     assert stats.ordered and stats.num_threads == num_threads
     if num_threads > 1:
         # Not vacuous: the lanes really produced batches side by side.
@@ -138,7 +146,9 @@ def test_the_prefetch_hook_builds_lanes_before_the_graph_is_finalized(graph):
     y = ss.staged(range_input(20), num_threads=2, capacity=2)
     hook = ss.make_prefetch_hook()
     with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as sess:
-        got = []
+        got = [sess.run(y, options=bounded())]
+        producer = hook.threads._stages[0].producer  # noqa: SLF001
+        wait_until(lambda: producer._ready[1], "lane 1's executors")  # noqa: SLF001  (worker 0 puts meanwhile)
         while not sess.should_stop():
             got.append(sess.run(y, options=bounded()))
             stats = hook.threads.stats()[0]

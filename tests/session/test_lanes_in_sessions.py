@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import smartstage as ss
 from smartstage.session.monitored import MonitoredTrainingSession
+from tests.runtime.helpers import wait_until
 from tests.session.graphs import bounded, flag, small_model
 
 STEPS = 6
@@ -24,7 +25,11 @@ def _monitored_losses(on: bool, caplog) -> tuple[list, list]:
         hook = ss.make_prefetch_hook()
         with caplog.at_level(logging.WARNING, logger="smartstage"):
             with MonitoredTrainingSession(config=flag(on), hooks=[hook]) as sess:
-                losses = [sess.run([model.loss, model.train_op], options=bounded())[0] for _ in range(STEPS)]
+                losses = [sess.run([model.loss, model.train_op], options=bounded())[0]]
+                producer = hook.threads._stages[0].producer  # noqa: SLF001
+                # the lanes build their executors while worker 0 puts: the next steps take their batches
+                wait_until(lambda: all(producer._ready[1:]), "lanes 1-3's executors")  # noqa: SLF001
+                losses += [sess.run([model.loss, model.train_op], options=bounded())[0] for _ in range(STEPS)]
                 stats = hook.threads.stats()
     return losses, stats
 

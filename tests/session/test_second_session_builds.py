@@ -49,7 +49,7 @@ def _two_sessions(on: bool) -> dict:
         first, first_producer = _session(graph, model, on)
         ops = len(graph.get_operations())
         second, producer = _session(graph, model, on)
-        made = {names for names, _ in producer.runs._callables} | producer.runs._run_signatures  # noqa: SLF001
+        made = {names for names, *_ in producer.runs._callables} | producer.runs._run_signatures  # noqa: SLF001
         return {"losses": first + second, "ops_grown": len(graph.get_operations()) - ops,
                 "builds": (first_producer.runs.builds, producer.runs.builds), "made": made,
                 "needed": _needed(producer), "lanes": len(producer.lanes.lanes)}

@@ -190,11 +190,17 @@ def build_hand_off(put: tf.Operation, ops: list[tf.Operation], cut: tuple[tf.Ten
     hand_in = gen_data_flow_ops.queue_enqueue_v2(queue, list(cut), name=LANE_HAND_IN)
     taken = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="take_input")
     taken = list(taken) if isinstance(taken, (list, tuple)) else [taken]
-    for tensor, value in zip(cut, taken):
-        value.set_shape(tensor.shape)
     size = gen_data_flow_ops.queue_size_v2(queue, name=LANE_INPUT_SIZE)
     discard = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name=LANE_INPUT_DISCARD)
     discard = (discard[0] if isinstance(discard, (list, tuple)) else discard).op
+    return _hand_off(put, ops, cut, waits, taken, (hand_in, size, discard))
+
+
+def _hand_off(put: tf.Operation, ops: list[tf.Operation], cut: tuple[tf.Tensor, ...], waits: list[tf.Operation],
+              taken: list[tf.Tensor], queue_ops: tuple) -> HandOff:
+    """The copy of `ops` reading `taken` where the originals read `cut`, and the HandOff around it."""
+    for tensor, value in zip(cut, taken):
+        value.set_shape(tensor.shape)
     cut_map = dict(zip((t.name for t in cut), taken))
     tensors, controls = _outside_inputs(ops)
     input_map: dict = {t.name: cut_map.get(t.name, t) for t in tensors}
@@ -202,7 +208,28 @@ def build_hand_off(put: tf.Operation, ops: list[tf.Operation], cut: tuple[tf.Ten
     copies = _copy(ops, input_map) if ops else {}
     values = [copies[t.op].outputs[t.value_index] if t.op in copies else cut_map.get(t.name, t)
               for t in put.inputs[1:]]
+    hand_in, size, discard = queue_ops
     return HandOff(hand_in, values, [copies.get(w, w) for w in waits], size, discard)
 
 
-__all__ = ["HandOff", "body_to_copy", "build_hand_off", "copy_refusal"]
+def build_keyed_hand_off(put: tf.Operation, ops: list[tf.Operation], cut: tuple[tf.Tensor, ...],
+                         waits: list[tf.Operation], ticket: tf.Tensor, shared_name: str) -> HandOff:
+    """One hand-off for every lane: the head stages the cut under its ticket in one map, and the one copy
+    of `ops` (under `body/`) takes the values of the ticket it is run with (runtime/lanes/lanes.py, shared
+    lanes): one copy and one executor of the body whatever the lane count.
+
+        before:  lane_i/hand_in: cut -> lane i's input queue;   lane_i/body/...: k copies
+        after:   hand_in(ticket): cut -> map[ticket];            body/...(ticket): one copy
+    """
+    dtypes = [t.dtype.base_dtype for t in cut]
+    indices = list(range(len(cut)))
+    hand_in = gen_data_flow_ops.map_stage(ticket, indices, list(cut), dtypes=dtypes, shared_name=shared_name,
+                                          name=LANE_HAND_IN)
+    taken = gen_data_flow_ops.map_unstage(ticket, indices, dtypes=dtypes, shared_name=shared_name,
+                                          name="take_input")
+    size = gen_data_flow_ops.map_size(dtypes=dtypes, shared_name=shared_name, name=LANE_INPUT_SIZE)
+    discard = gen_data_flow_ops.map_clear(dtypes=dtypes, shared_name=shared_name, name=LANE_INPUT_DISCARD)
+    return _hand_off(put, ops, cut, waits, list(taken), (hand_in, size, discard))
+
+
+__all__ = ["HandOff", "body_to_copy", "build_hand_off", "build_keyed_hand_off", "copy_refusal"]

@@ -35,10 +35,13 @@ from smartstage.graph.stage_names import (BATCH_BYTES, HEAD_TARGETS, LANE_DISCAR
                                           LANE_OCCUPANCY, LANE_SIZE, LANES_SCOPE, PUT_OCCUPANCY, LaneNames,
                                           lane_scope)
 from smartstage.runtime.stage.settings import StageSettings
-from smartstage.runtime.lanes.handoff import body_to_copy, build_hand_off, copy_refusal
+from smartstage.runtime.lanes.handoff import body_to_copy, build_hand_off, build_keyed_hand_off, copy_refusal
 from smartstage.runtime.lanes.split import PrefetchSplit, split_prefetch_side
 
 logger = logging.getLogger(__name__)
+
+TICKET = "ticket"        # shared lanes' placeholder of the batch's ticket (lane_0/ticket)
+SHARED_LANES = True      # False: the per-lane design (a queue, a hand-in and a body copy per lane)
 
 
 
@@ -55,6 +58,7 @@ class Lane:
     input_size: tf.Tensor | None = None        # ... the batches waiting for the body ...
     input_discard: tf.Operation | None = None  # ... and the drop of one (None: the head's values are fed)
     batch_bytes: tf.Tensor | None = None       # bytes of the batch this lane's copy computes
+    ticket: tf.Tensor | None = None  # shared lanes: every run of the lane feeds its batch's ticket here
 
 
 @dataclass(frozen=True)
@@ -89,11 +93,15 @@ def find_lane(graph: tf.Graph, scope: str, index: int) -> Lane:
                 graph.get_tensor_by_name(names.occupancy), graph.get_tensor_by_name(names.size),
                 graph.get_operation_by_name(names.discard))
     try:
-        return dataclasses.replace(
+        lane = dataclasses.replace(
             lane, hand_in=graph.get_operation_by_name(names.hand_in),
             input_size=graph.get_tensor_by_name(names.input_size),
             input_discard=graph.get_operation_by_name(names.input_discard),
             batch_bytes=graph.get_tensor_by_name(names.batch_bytes))
+    except KeyError:
+        return lane
+    try:
+        return dataclasses.replace(lane, ticket=graph.get_tensor_by_name(f"{scope}/{lane_scope(index)}/{TICKET}:0"))
     except KeyError:
         return lane
 
@@ -115,8 +123,9 @@ def _existing(graph: tf.Graph, scope: str, put: tf.Operation, count: int) -> Lan
         return None
     inputs = tuple(t.name for t in put.inputs[1:])
     split = split_prefetch_side(put)
-    try:  # a lane with its own body copy: built for the same head values
-        built_for = tuple(t.name for t in graph.get_operation_by_name(first.hand_in).inputs[1:])
+    try:  # a lane with its own body copy (shared lanes: one for all): built for the same head values
+        hand_in = graph.get_operation_by_name(first.hand_in)
+        built_for = tuple(t.name for t in hand_in.inputs[2 if hand_in.type == "MapStage" else 1:])
         expected = tuple(t.name for t in split.cut)
     except KeyError:
         built_for, expected = tuple(t.name for t in marker.inputs[1:]), inputs
@@ -128,6 +137,8 @@ def _existing(graph: tf.Graph, scope: str, put: tf.Operation, count: int) -> Lan
             lanes.append(find_lane(graph, scope, index))
         except KeyError:
             break
+    if lanes and lanes[0].ticket is not None:  # shared lanes: lane 0's ops are every lane's
+        lanes = [lanes[0]] * count
     return found_lane_graph(graph, scope, split, lanes, inputs)
 
 
@@ -153,6 +164,39 @@ def build_lane(index: int, buffer: tf.Tensor, values: list[tf.Tensor], waits: li
         discard = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name=LANE_DISCARD)
         discard = (discard[0] if isinstance(discard, (list, tuple)) else discard).op
     return Lane(enqueue, move, occupancy, size, discard)
+
+
+def build_shared_lane(put: tf.Operation, split: PrefetchSplit, body: list[tf.Operation], buffer: tf.Tensor,
+                      waits: list[tf.Operation]) -> Lane:
+    """The ops every lane runs when the head hands its values over (under `lane_0/` of the current scope):
+    the head stages a batch's cut under its ticket, the one body copy computes the ticket's batch into an
+    output map, and the merger moves the ticket's batch into the stage's `buffer`. Every run feeds the
+    ticket, so k lanes run one fetch list each of hand-in, body and move: 3 executors per session instead
+    of 3k, and one body copy in the graph instead of k (each build copies the whole graph).
+
+        before:  lane_<i>/{input, hand_in, body/..., queue, enqueue, move} for i < k
+        after:   lane_0/{ticket, hand_in -> input map, body/..., enqueue -> output map, move}
+    """
+    with tf.compat.v1.name_scope(lane_scope(0)) as scope:
+        ticket = tf.compat.v1.placeholder(tf.int64, [], name=TICKET)
+        hand = build_keyed_hand_off(put, body, split.cut, waits, ticket, scope + "input")
+        with tf.compat.v1.name_scope("bytes"):
+            total = bytes_of_batch(hand.values)
+        batch_bytes = tf.identity(total, name=BATCH_BYTES)
+        dtypes = [t.dtype.base_dtype for t in hand.values]
+        indices = list(range(len(dtypes)))
+        output = scope + "output"
+        with tf.control_dependencies(hand.waits):
+            enqueue = gen_data_flow_ops.map_stage(ticket, indices, hand.values, dtypes=dtypes, shared_name=output,
+                                                  name=LANE_ENQUEUE)
+        taken = gen_data_flow_ops.map_unstage(ticket, indices, dtypes=dtypes, shared_name=output, name="dequeue")
+        move = gen_data_flow_ops.queue_enqueue_v2(buffer, list(taken), name=LANE_MOVE)
+        with tf.control_dependencies([move]):
+            occupancy = gen_data_flow_ops.queue_size_v2(buffer, name=LANE_OCCUPANCY)
+        size = gen_data_flow_ops.map_size(dtypes=dtypes, shared_name=output, name=LANE_SIZE)
+        discard = gen_data_flow_ops.map_clear(dtypes=dtypes, shared_name=output, name=LANE_DISCARD)
+    return Lane(enqueue, move, occupancy, size, discard, hand_in=hand.hand_in, input_size=hand.size,
+                input_discard=hand.discard, batch_bytes=batch_bytes, ticket=ticket)
 
 
 def _lane(index: int, put: tf.Operation, split: PrefetchSplit, body: list[tf.Operation] | None, buffer: tf.Tensor,
@@ -199,7 +243,10 @@ def lane_graph(graph: tf.Graph, stage_name: str, put: tf.Operation, buffer: tf.T
                 logger.warning("stage %s: the lanes feed the head's values instead of copying the body (%s)",
                                stage_name, refusal)
                 body = None
-            lanes = [_lane(index, put, split, body, buffer, components, waits) for index in range(count)]
+            if body is not None and SHARED_LANES:  # one body copy and one executor for every lane
+                lanes = [build_shared_lane(put, split, body, buffer, waits)] * count
+            else:
+                lanes = [_lane(index, put, split, body, buffer, components, waits) for index in range(count)]
             targets = tf.group(*split.head_targets, name=HEAD_TARGETS) if split.head_targets else None
             batch_bytes = tf.identity(bytes_of_batch(components), name=BATCH_BYTES)
             with tf.control_dependencies([put]):

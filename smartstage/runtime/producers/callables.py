@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
@@ -49,24 +50,41 @@ class ProducerRuns:
         self._callables: dict[tuple, tuple[object, config_pb2.RunOptions]] = {}  # key -> (callable, its options)
         self.builds = 0  # executors built so far (callables made, fetch lists first run): CPU taken from the step
         self._run_signatures: set[tuple] = set()
+        self._building: dict[tuple, threading.Event] = {}  # fetch lists whose callable a thread makes now
 
-    def _key(self, fetches: list, options: config_pb2.RunOptions) -> tuple:
+    def _key(self, fetches: list, options: config_pb2.RunOptions, fed: tf.Tensor | None = None) -> tuple:
         # The options are the stage's own RunOptions objects, which live as long as the producer (each
         # callable keeps its object, so an id is never reused while cached); no serialization per run.
-        return tuple(f.name for f in fetches), id(options)
+        return tuple(f.name for f in fetches), id(options), fed.name if fed is not None else None
 
-    def prepare(self, fetches: list, options: config_pb2.RunOptions):
-        """Makes (once) the callable of `fetches` (tensors and operations); None when runs go through run()."""
+    def prepare(self, fetches: list, options: config_pb2.RunOptions, fed: tf.Tensor | None = None):
+        """Makes (once) the callable of `fetches` (tensors and operations), fed `fed` (a shared lane's ticket)
+        on every call when given; None when runs go through run()."""
         if self._base is None:
             return None
-        key = self._key(fetches, options)
-        found = self._callables.get(key)
+        key = self._key(fetches, options, fed)
+        with self._lock:  # shared lanes' workers warm the same fetch lists: one builds, the others wait
+            found = self._callables.get(key)
+            building = self._building.get(key) if found is None else None
+            if found is None and building is None:
+                self._building[key] = threading.Event()
         if found is not None:
             return found[0]
-        if session_closed(self._base):
+        if building is not None:
+            building.wait()
+            found = self._callables.get(key)
+            return found[0] if found is not None else None
+        try:
+            return self._make(key, fetches, options, fed)
+        finally:
+            with self._lock:
+                self._building.pop(key).set()
+
+    def _make(self, key: tuple, fetches: list, options: config_pb2.RunOptions, fed: tf.Tensor | None):
+        if self._base is None or session_closed(self._base):
             return None
         callable_options = config_pb2.CallableOptions(
-            fetch=[f.name for f in fetches if isinstance(f, tf.Tensor)],
+            feed=[fed.name] if fed is not None else [], fetch=[f.name for f in fetches if isinstance(f, tf.Tensor)],
             target=[f.name for f in fetches if isinstance(f, tf.Operation)], run_options=options)
         try:  # outside the lock: building executors takes a while, and other runs must not wait for it
             made = self._base._make_callable_from_options(callable_options)  # noqa: SLF001
@@ -78,14 +96,20 @@ class ProducerRuns:
             self.builds += 1
             return self._callables.setdefault(key, (made, options))[0]
 
-    def run(self, fetches: list, options: config_pb2.RunOptions, feed: dict | None = None, rare: bool = False) -> list:
+    def run(self, fetches: list, options: config_pb2.RunOptions, feed: dict | None = None, rare: bool = False,
+            keyed: tuple | None = None) -> list:
         """The values of `fetches` (None for an operation), as `sess.run(fetches, feed, options)` gives them.
+
+        keyed: (a shared lane's ticket placeholder, the ticket), fed to this run (runtime/lanes/lanes.py).
 
         rare: a run made now and then (a batch's bytes, every 16th batch) goes through run(): a callable
         always builds new executors, per RunOptions (~0.15-0.9 s of CPU each on a ~2,000-op body, measured
         on the Wide&Deep port), while run() builds them once per fetch list whatever the pool."""
-        made = None if feed or rare else self.prepare(fetches, options)
+        fed, value = keyed if keyed is not None else (None, None)
+        made = None if feed or rare else self.prepare(fetches, options, fed)
         if made is None:
+            if fed is not None:
+                feed = {**(feed or {}), fed: value}
             signature = tuple(f.name for f in fetches)
             with self._lock:  # run() builds its executors on a fetch list's first run
                 if signature not in self._run_signatures:
@@ -94,7 +118,7 @@ class ProducerRuns:
             return self.sess.run(fetches, feed_dict=feed, options=options)
         if session_closed(self._base):
             raise RuntimeError("Attempted to use a closed Session.")
-        values = iter(made())
+        values = iter(made() if fed is None else made(np.int64(value)))
         return [next(values) if isinstance(f, tf.Tensor) else None for f in fetches]
 
 

@@ -136,7 +136,7 @@ class OrderedProducer:
             for fetches, run_options in runs:
                 if self.halted():
                     return
-                self.runs.prepare(fetches, run_options)
+                self.runs.prepare(fetches, run_options, lane.ticket)
         finally:
             with self._cond:
                 self._warming -= 1
@@ -156,6 +156,8 @@ class OrderedProducer:
     def _body_fetches(self, index: int) -> list:
         """A lane's body run; lane 0's always fetches the batch's bytes too (one fetch list, one build)."""
         lane = self.lanes.lanes[index]
+        if lane.ticket is not None:  # shared lanes: one fetch list (one executor) for every lane
+            return [lane.enqueue, lane.batch_bytes]
         if index != 0:
             return [lane.enqueue]
         return [lane.enqueue, lane.batch_bytes if lane.batch_bytes is not None else self.lanes.batch_bytes]
@@ -240,14 +242,15 @@ class OrderedProducer:
 
     def _run_head(self, index: int, ticket: int):
         split = self.lanes.split
-        hand_in = self.lanes.lanes[index].hand_in  # the values stay in TensorFlow (runtime/lanes/handoff.py)
+        lane = self.lanes.lanes[index]
+        hand_in = lane.hand_in  # the values stay in TensorFlow (runtime/lanes/handoff.py)
         started = time.monotonic()
         try:
             feed = self.host.feed_dict()
             values = []
             targets = [self.lanes.head_targets] if self.lanes.head_targets is not None else []
             if hand_in is not None:
-                self.runs.run([hand_in, *targets], self.host.run_options, feed)
+                self.runs.run([hand_in, *targets], self.host.run_options, feed, keyed=self._keyed(lane, ticket))
             elif split.cut or targets:
                 values = self.sess.run([list(split.cut), targets], feed_dict=feed,
                                        options=self.host.run_options)[0]
@@ -267,7 +270,8 @@ class OrderedProducer:
         measure_bytes = index == 0 and (ticket < 4 or ticket % 16 == 0)
         started = time.monotonic()
         try:
-            result = self.runs.run(fetches, self.host.body_run_options, feed or None)
+            result = self.runs.run(fetches, self.host.body_run_options, feed or None,
+                                   keyed=self._keyed(lane, ticket))
         except Exception as error:  # noqa: BLE001
             self._record_error(ticket, self.host.lane_error(error, index))
             return
@@ -278,6 +282,11 @@ class OrderedProducer:
         with self._cond:
             self._lane_last[index] = ticket
         self._record(ticket, ("lane", index))
+
+    @staticmethod
+    def _keyed(lane, ticket: int) -> tuple | None:
+        """What a shared lane's run feeds: the batch's ticket (runtime/lanes/lanes.py); None for own lanes."""
+        return (lane.ticket, ticket) if lane.ticket is not None else None
 
     def _bytes_seen(self, value) -> None:
         self.meter.bytes_seen(value)
@@ -314,7 +323,8 @@ class OrderedProducer:
                     self._cond.wait(POLL_SECONDS)
                 if self.halted() and self._merged not in self._outcomes:
                     return
-                outcome = self._outcomes.pop(self._merged)
+                ticket = self._merged
+                outcome = self._outcomes.pop(ticket)
             kind = outcome[0]
             if kind in ("error", "quiet"):
                 if kind == "error":
@@ -327,8 +337,9 @@ class OrderedProducer:
                     return
                 try:
                     with self.host.in_flight(self.workers):
-                        occupancy = self.runs.run([self.lanes.lanes[outcome[1]].occupancy],
-                                                  self.host.run_options)[0]
+                        lane = self.lanes.lanes[outcome[1]]
+                        occupancy = self.runs.run([lane.occupancy], self.host.run_options,
+                                                  keyed=self._keyed(lane, ticket))[0]
                 except Exception as error:  # noqa: BLE001
                     if not self.halted():
                         self.host.finish(error, deferred=True)
