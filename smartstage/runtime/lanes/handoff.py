@@ -1,18 +1,18 @@
-"""The head hands a batch to its lane inside TensorFlow: no round trip of the values through Python.
+"""The head hands a batch to the lanes inside TensorFlow: no round trip of the values through Python.
 
     before:  head run fetches GetNext:0 (512 strings) to Python; lane i's body run feeds them back in
-    after:   head run enqueues GetNext:0 into lane i's input queue; lane i's copy of the body dequeues it
+    after:   head run stages GetNext:0 under ticket n; the body copy, run for ticket n, takes it
 
-A lane needs its own copy of the body for that (a fed tensor can be replaced by a value, not by
-another tensor): the ops of the prefetch side outside the head that depend on the head's values are
-imported once per lane under `lane_<i>/body/`, reading the lane's input queue where the original
-reads the head, and the original tensors everywhere else (a table's handle, a constant, a stateless
-op that does not depend on the batch). Every copy computes exactly what the original computes from
-the same values, and a batch runs exactly one copy once, so no op runs more or fewer times per batch
-than without lanes. Stateful ops are all in the head (runtime/lanes.split_prefetch_side): nothing
-stateful is copied.
+The lanes need a copy of the body for that (a fed tensor can be replaced by a value, not by another
+tensor): the ops of the prefetch side outside the head that depend on the head's values are imported
+once under `lane_0/body/` (build_keyed_hand_off; build_hand_off: once per lane under `lane_<i>/body/`,
+reading lane i's input queue), reading the staged values where the original reads the head, and the
+original tensors everywhere else (a table's handle, a constant, a stateless op that does not depend on
+the batch). The copy computes exactly what the original computes from the same values, and a batch
+runs it once, so no op runs more or fewer times per batch than without lanes. Stateful ops are all in
+the head (runtime/lanes.split_prefetch_side): nothing stateful is copied.
 
-The copies cost graph size (the body's nodes once per lane), built when the prefetch threads start.
+The copy costs graph size (the body's nodes once more), built when the prefetch threads start.
 
 Whether the body can be copied is decided before any lane op exists (copy_refusal: analysis only). A
 body that cannot be copied (an op reading a tensor inside a control-flow-v1 `tf.while_loop` that does

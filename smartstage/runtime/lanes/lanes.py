@@ -8,10 +8,13 @@ runs: input ops (IteratorGetNext, queue dequeues, reader reads), random ops, any
 (a py_func, a variable read), with everything upstream of them and anything tied to them by a control
 edge. It runs once per batch, under one lock, so batch n is always the n-th result of the input. The
 *body* is the rest (stateless ops, read-only table lookups, Asserts): it runs on several lane threads
-at once. The head's run hands its values to lane i inside TensorFlow (runtime/lanes/handoff.py: lane i's
-input queue and its own copy of the ops that depend on the batch); the body's run fills the lane's own
-small FIFO queue (`lane_<i>/enqueue`). One merger thread moves ticket 0, 1, 2, ... from the recorded
-lane into the stage's buffer (`lane_<i>/move`: dequeue -> enqueue, in the graph, no Python copy).
+at once. The head's run hands its values over inside TensorFlow (runtime/lanes/handoff.py): with shared
+lanes (build_shared_lane) it stages them under the batch's ticket, every lane runs the one copy of the
+ops that depend on the batch for its ticket into an output map, and one merger thread moves ticket 0, 1,
+2, ... from there into the stage's buffer (`move`: unstage -> enqueue, in the graph, no Python copy).
+Every run feeds its ticket, so k lanes share three executors and one body copy. Lanes that feed the
+head's values (a body that cannot be copied) and lanes on input tasks have one small FIFO queue each
+(`lane_<i>/enqueue`, `lane_<i>/move`).
 
 Nothing of the user's graph is edited: the split is computed from the live tf.Graph when the prefetch
 threads start, and the lane ops are added next to the stage (under `<stage>/lanes`), built from the
