@@ -116,8 +116,9 @@ class OrderedProducer:
         """Builds this worker's executors before it takes a ticket (runtime/producers/callables.py): the first batch
         of a lane the tuner tries must not carry them, nor stall the merger. `parts`: "lane" (its lane's head,
         body and move, needed once 2 or more lanes run; the one-lane put goes through run()). Lane
-        executors are built when the lane first runs, not at start: a lane the tuner never tries costs none
-        (on the Wide&Deep port's ~2,000-op body, a lane's three took ~1 s of CPU from the first steps).
+        executors are built when the lane first runs, not at start: lanes the tuner never tries cost none
+        (on the Wide&Deep port's ~2,000-op body, a lane's three took ~1 s of CPU from the first steps). Shared
+        lanes (runtime/lanes/lanes.py) share the three: the first lane to run builds them for every lane.
         The tuner judges no window in which executors were built, here or on a run's first use (a pool the
         tuner tries): the CPU that takes is not the setting's (_tune)."""
         lanes, options = self.lanes, self.host.run_options
