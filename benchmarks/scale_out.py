@@ -25,7 +25,8 @@ so input tasks add the CPU the trainer does not have. Configurations, interleave
 
     trainer, AUTOTUNE   everything on the trainer's core, staged()'s defaults (AUTOTUNE's local lanes)
     input tasks N       input_job="input", central mode, N = 1, 2 (both tasks share core 1: 2 cores
-                        show one extra core, not how N tasks on N hosts scale)
+                        show one extra core, not how N tasks on N hosts scale), and 1 task with 3 lanes
+                        (a lane carries one batch at a time: more lanes overlap its round trip)
 
 Beside the steps/s, each configuration's trainer-process CPU per step, and the preprocessing's CPU per
 batch alone, feed a model of larger clusters (benchmarks/scale_out_model.py) that is checked against what
@@ -113,7 +114,7 @@ def _build(read_millis: int, lanes: int, work: int = 0, train_work: int = 0):
     return iterator.initializer.name, train_op.name
 
 
-def _graph(read_millis: int, lanes: int, tasks: int, work: int = 0, train_work: int = 0):
+def _graph(read_millis: int, lanes: int, tasks: int, work: int = 0, train_work: int = 0, lanes_per_task: int = 1):
     import tensorflow as tf
 
     import smartstage as ss
@@ -124,7 +125,8 @@ def _graph(read_millis: int, lanes: int, tasks: int, work: int = 0, train_work: 
         meta = tf.compat.v1.train.export_meta_graph(graph=graph)
     config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), input_job="input" if tasks else None,
                                    input_tasks=tasks)
-    return ss.optimize(meta, config, targets=[train, "loss"]).meta_graph_def, init, train
+    extra = {"input_lanes_per_task": lanes_per_task} if tasks and lanes_per_task > 1 else {}
+    return ss.optimize(meta, config, targets=[train, "loss"], **extra).meta_graph_def, init, train
 
 
 def _measure(meta, init: str, train: str, target: str, steps: int, warmup: int, cpu: list | None = None,
