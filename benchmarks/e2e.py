@@ -136,7 +136,7 @@ class WorkloadRun:
         for (config, setting), run in opened.items():
             if setting == DEFAULT_SETTING and CONFIGS_BY_NAME[config].has_stage:
                 try:
-                    self.settle[config] = run.settle(self.args.settle_steps, self.args.settle_seconds)
+                    self.settle[config] = run.settle(self.args.settle_steps or sys.maxsize, self.args.settle_seconds)
                 except Exception as error:  # noqa: BLE001
                     self._error(f"{config} (settle)", error)
                     continue
@@ -144,8 +144,9 @@ class WorkloadRun:
                           f"{self.settle[config]['steps']} steps ({self.settle[config]['seconds']} s): "
                           f"{self.settle[config]['decisions']}")
                 if not self.settle[config]["settled"]:
+                    bound = f"{self.args.settle_steps} steps / " if self.args.settle_steps else ""
                     self.errors.append(f"{self.workload.name} {config}: autotune did not settle within "
-                                       f"{self.args.settle_steps} steps / {self.args.settle_seconds} s")
+                                       f"{bound}{self.args.settle_seconds} s ({self.settle[config]['steps']} steps)")
         self.sides_runner.open()
         # A block's warm-up drains what the idle session buffered (OpenRun.sample).
         warmup = self.args.warmup
@@ -259,23 +260,25 @@ ACCELERATOR_CONFIGS = "no_stage,staged,tfdata_prefetch,tfdata_map,smart,auto_sta
 MODES = {
     # warmup: untimed steps before every block, on top of the batches the idle session buffered.
     # steps: a block; the smoke's 12 are enough that a pipeline produces during it (3 could all come from the buffer).
-    # settle_*: AUTOTUNE stages train until the tuner settled before the first block (once per session).
+    # settle_seconds: AUTOTUNE stages train until the tuner settled, at most this long, before the first block
+    # (once per session). The bound is time, not steps: the tuner judges windows of time (0.3-0.5 s), so a
+    # step bound ran out before it settled on fast workloads (800 steps were ~4 s at DLRM-like 2 ms).
     "full": dict(rows=200_000, models="dlrm,wide_deep", variants="cpu,io,1core", repeats=5, steps=20,
-                 warmup=4, grid=True, size="benchmark", batch_size=512, settle_steps=800, settle_seconds=60.0),
+                 warmup=4, grid=True, size="benchmark", batch_size=512, settle_seconds=60.0),
     "quick": dict(rows=200_000, models="dlrm", variants="cpu", repeats=5, steps=20, warmup=4, grid=False,
-                  size="benchmark", batch_size=512, settle_steps=800, settle_seconds=60.0),
+                  size="benchmark", batch_size=512, settle_seconds=60.0),
     "smoke": dict(rows=2_000, models="dlrm", variants="io", repeats=1, steps=12, warmup=2, grid=True,
-                  size="small", batch_size=32, settle_steps=600, settle_seconds=20.0),
+                  size="small", batch_size=32, settle_seconds=20.0),
     # The accelerator family: defaults only, every configuration, per device time (--device-ms).
     # (SmartStage + the user's prefetch is left out: its own settling would cost ~10 s a workload.)
     "accelerator": dict(rows=200_000, models="dlrm,wide_deep", device_ms="2,5,10,20", repeats=5, steps=30, warmup=4,
-                        grid=False, size="benchmark", batch_size=512, settle_steps=800, settle_seconds=60.0,
+                        grid=False, size="benchmark", batch_size=512, settle_seconds=60.0,
                         configs=ACCELERATOR_CONFIGS),
     "accelerator-quick": dict(rows=200_000, models="dlrm", device_ms="5", repeats=5, steps=30, warmup=4, grid=False,
-                              size="benchmark", batch_size=512, settle_steps=800, settle_seconds=60.0,
+                              size="benchmark", batch_size=512, settle_seconds=60.0,
                               configs=ACCELERATOR_CONFIGS),
     "accelerator-smoke": dict(rows=2_000, models="dlrm", device_ms="2", repeats=1, steps=12, warmup=2, grid=False,
-                              size="small", batch_size=32, settle_steps=5000, settle_seconds=30.0,  # ~300 steps/s
+                              size="small", batch_size=32, settle_seconds=30.0,
                               configs=ACCELERATOR_CONFIGS),
 }
 
@@ -302,7 +305,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--steps", type=int, help="timed steps per block")
     parser.add_argument("--warmup", type=int, help="untimed steps before each block (+ the producer threads)")
-    parser.add_argument("--settle-steps", type=int, help="most steps an AUTOTUNE stage may take to settle")
+    parser.add_argument("--settle-steps", type=int, help="most steps an AUTOTUNE stage may take to settle "
+                                                         "(default: no step bound, only --settle-seconds)")
     parser.add_argument("--settle-seconds", type=float, help="most seconds an AUTOTUNE stage may take to settle")
     parser.add_argument("--capacities", default="4,40", help="capacities of the hand-tuned grid (default 4,40)")
     parser.add_argument("--no-grid", dest="grid", action="store_false", default=None, help="default settings only")

@@ -42,126 +42,15 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "benchmarks" / "out"
-BATCH = 64
-ROWS = 10_000_000
-
-
-def _serve(argv: list[str]) -> None:
-    job, index, spec, lifetime = argv[0], int(argv[1]), json.loads(argv[2]), float(argv[3])
-    if len(argv) > 4:  # the task's cores, before TensorFlow starts a thread (threads inherit the affinity)
-        os.sched_setaffinity(0, {int(c) for c in argv[4].split(",")})
-    import tensorflow as tf
-
-    tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=job, task_index=index)
-    time.sleep(lifetime)
-
-
-def _free_ports(count: int) -> list[int]:
-    import socket
-
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def _heavy(x, work: int):
-    """CPU-bound stateless preprocessing: `work` rounds of elementwise math on a [batch, 256] tensor."""
-    import tensorflow as tf
-
-    wide = tf.tile(x, [1, 64])  # [batch, 256]
-    for _ in range(work):
-        wide = tf.sin(wide) * 0.9 + tf.math.log1p(tf.abs(wide)) * 0.1
-    return tf.reduce_mean(tf.reshape(wide, [-1, 4, 64]), axis=2)  # back to [batch, 4]: a small boundary
-
-
-def _build(read_millis: int, lanes: int, work: int = 0, train_work: int = 0):
-    import tensorflow as tf
-
-    import smartstage as ss
-    from tensorflow.python.data.experimental.ops import testing
-
-    ds = tf.data.Dataset.range(ROWS).map(lambda i: tf.cast(tf.stack([i % 97, i % 13, i % 7, i % 5]), tf.float32))
-    iterator = tf.compat.v1.data.make_initializable_iterator(ds.batch(BATCH))
-    x = iterator.get_next()
-    if read_millis:
-        slow = tf.data.Dataset.from_tensors(x).apply(testing.sleep(read_millis * 1000))
-        x = tf.data.experimental.get_single_element(slow)             # the storage read: latency, no CPU
-    x = tf.math.log1p(tf.abs(x)) * 2.0 + tf.sqrt(tf.abs(x) + 1.0)  # light stateless preprocessing
-    if work:
-        x = tf.identity(_heavy(x, work), name="preprocessed")
-    x = ss.staged(x, capacity=8, num_threads=lanes) if lanes else ss.staged(x)  # 0: the defaults (AUTOTUNE)
-    if train_work:  # a CPU-bound training step: train_work dense layers of 512 on the trainer's own core
-        hidden = x
-        for layer in range(train_work):
-            width = int(hidden.shape[-1])
-            kernel = tf.compat.v1.get_variable(f"dense_{layer}", [width, 512],
-                                               initializer=tf.compat.v1.glorot_uniform_initializer(seed=layer))
-            hidden = tf.tanh(tf.matmul(hidden, kernel))
-        x = hidden
-    w = tf.compat.v1.get_variable("w", [int(x.shape[-1]), 1], initializer=tf.compat.v1.constant_initializer(0.1))
-    loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0), name="loss")
-    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.001).minimize(loss, name="train_op")
-    return iterator.initializer.name, train_op.name
-
-
-def _graph(read_millis: int, lanes: int, tasks: int, work: int = 0, train_work: int = 0, lanes_per_task: int = 1):
-    import tensorflow as tf
-
-    import smartstage as ss
-
-    graph = tf.Graph()
-    with graph.as_default():
-        init, train = _build(read_millis, lanes, work, train_work)
-        meta = tf.compat.v1.train.export_meta_graph(graph=graph)
-    config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), input_job="input" if tasks else None,
-                                   input_tasks=tasks)
-    extra = {"input_lanes_per_task": lanes_per_task} if tasks and lanes_per_task > 1 else {}
-    return ss.optimize(meta, config, targets=[train, "loss"], **extra).meta_graph_def, init, train
-
-
-def _measure(meta, init: str, train: str, target: str, steps: int, warmup: int, cpu: list | None = None,
-             others=None, other_cpu: list | None = None) -> float:
-    """Steps/s of one configuration; with `cpu`, also the trainer process's CPU per step; with `others` (a
-    function giving the input tasks' CPU seconds so far), their CPU per step into `other_cpu`."""
-    import tensorflow as tf
-
-    import smartstage as ss
-
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.compat.v1.train.import_meta_graph(meta)
-        config = tf.compat.v1.ConfigProto(isolate_session_state=True)  # fresh buffers per session
-        with tf.compat.v1.Session(target, graph=graph, config=config) as sess:
-            sess.run([tf.compat.v1.global_variables_initializer(), graph.get_operation_by_name(init)])
-            with ss.start_prefetch_threads(sess):
-                for _ in range(warmup):
-                    sess.run(train)
-                start, used = time.perf_counter(), time.process_time()
-                tasks_used = others() if others is not None else 0.0
-                for _ in range(steps):
-                    sess.run(train)
-                rate = steps / (time.perf_counter() - start)
-                if cpu is not None:  # the trainer process's CPU per step (its server's threads included)
-                    cpu.append((time.process_time() - used) / steps)
-                if others is not None and other_cpu is not None:
-                    other_cpu.append((others() - tasks_used) / steps)
-                return rate
+from benchmarks.scale_out_cpu import run_cpu_bound
+from benchmarks.scale_out_job import OUT, REPO, free_ports, job_graph, measure, serve
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--serve":
-        _serve(argv[1:])
+        serve(argv[1:])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -175,15 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-work", type=int, default=6, help="--cpu-bound: dense layers of 512 in the step")
     args = parser.parse_args(argv)
     if args.cpu_bound:
-        from benchmarks.scale_out_cpu import run_cpu_bound
-
         return run_cpu_bound(args)
 
     import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
     tf.get_logger().setLevel("ERROR")
-    ports = _free_ports(5)
+    ports = free_ports(5)
     spec = {"trainer": [f"127.0.0.1:{ports[0]}"], "input": [f"127.0.0.1:{p}" for p in ports[1:]]}
     lifetime = 60 + args.repeats * 5 * (args.steps + args.warmup) * args.read_millis / 1000 * 3
     env = dict(os.environ, PYTHONPATH=str(REPO), CUDA_VISIBLE_DEVICES="")
@@ -194,11 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name="trainer", task_index=0)
         configs = {"trainer x1": (1, 0), "trainer x4": (4, 0), "input tasks 1": (1, 1), "input tasks 2": (2, 2),
                    "input tasks 4": (4, 4)}
-        graphs = {name: _graph(args.read_millis, lanes, tasks) for name, (lanes, tasks) in configs.items()}
+        graphs = {name: job_graph(args.read_millis, lanes, tasks) for name, (lanes, tasks) in configs.items()}
         samples: dict[str, list[float]] = {name: [] for name in configs}
         for repeat in range(args.repeats):
             for name, (meta, init, train) in graphs.items():
-                samples[name].append(_measure(meta, init, train, server.target, args.steps, args.warmup))
+                samples[name].append(measure(meta, init, train, server.target, args.steps, args.warmup))
             print(f"repeat {repeat + 1}/{args.repeats}: " + ", ".join(f"{n} {s[-1]:.1f}" for n, s in samples.items()),
                   file=sys.stderr, flush=True)
     finally:

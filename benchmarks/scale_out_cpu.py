@@ -2,7 +2,7 @@
 
     python -m benchmarks.scale_out --cpu-bound [--repeats 5 --steps 60 --work 40]
 
-Run from benchmarks/scale_out.py (which holds the job's graph and the loopback servers). The trainer
+Run from benchmarks/scale_out.py; the job's graph and the loopback servers are in benchmarks/scale_out_job.py. The trainer
 process pins itself to core 0 before TensorFlow starts a thread, each input-task process to core 1
 (threads inherit a process's affinity), so AUTOTUNE's local lanes share the trainer's one core while an
 input task brings a core of its own. Measured, interleaved in every repeat: steps/s and the trainer
@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 
+from benchmarks.scale_out_job import BATCH, OUT, REPO, ROWS, free_ports, heavy, job_graph, measure
 from benchmarks.scale_out_model import ClusterModel, model_text
 
 TRAINER_CORE, TASK_CORE = 0, 1
@@ -33,13 +34,11 @@ def _input_cpu_per_batch(work: int, batches: int = 40) -> float:
     """CPU seconds per batch of the prefetch side alone (read + preprocessing, no stage), on this process's core."""
     import tensorflow as tf
 
-    from benchmarks.scale_out import BATCH, ROWS, _heavy
-
     graph = tf.Graph()
     with graph.as_default():
         ds = tf.data.Dataset.range(ROWS).map(lambda i: tf.cast(tf.stack([i % 97, i % 13, i % 7, i % 5]), tf.float32))
         x = tf.compat.v1.data.make_one_shot_iterator(ds.batch(BATCH)).get_next()
-        x = _heavy(tf.math.log1p(tf.abs(x)) * 2.0 + tf.sqrt(tf.abs(x) + 1.0), work)
+        x = heavy(tf.math.log1p(tf.abs(x)) * 2.0 + tf.sqrt(tf.abs(x) + 1.0), work)
         with tf.compat.v1.Session(graph=graph) as sess:
             for _ in range(5):
                 sess.run(x)
@@ -60,12 +59,10 @@ def run_cpu_bound(args) -> int:
     os.sched_setaffinity(0, {TRAINER_CORE})  # before TensorFlow's thread pools exist
     import tensorflow as tf
 
-    from benchmarks.scale_out import OUT, REPO, _free_ports, _graph, _measure
-
     tf.compat.v1.disable_eager_execution()
     tf.get_logger().setLevel("ERROR")
     cores = len(os.sched_getaffinity(0))
-    ports = _free_ports(3)
+    ports = free_ports(3)
     spec = {"trainer": [f"127.0.0.1:{ports[0]}"], "input": [f"127.0.0.1:{p}" for p in ports[1:]]}
     lifetime = 120 + args.repeats * 60
     env = dict(os.environ, PYTHONPATH=str(REPO), CUDA_VISIBLE_DEVICES="")
@@ -80,12 +77,12 @@ def run_cpu_bound(args) -> int:
     started = time.perf_counter()
     try:
         server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name="trainer", task_index=0)
-        graphs = {name: _graph(0, lanes, tasks, args.work, args.train_work, per_task)
+        graphs = {name: job_graph(0, lanes, tasks, args.work, args.train_work, per_task)
                   for name, (lanes, tasks, per_task) in CONFIGS.items()}
         for repeat in range(args.repeats):
             input_cpu.append(_input_cpu_per_batch(args.work))
             for name, (meta, init, train) in graphs.items():
-                samples[name].append(_measure(meta, init, train, server.target, args.steps, args.warmup, cpu[name],
+                samples[name].append(measure(meta, init, train, server.target, args.steps, args.warmup, cpu[name],
                                               tasks_used, task_cpu[name]))
             print(f"repeat {repeat + 1}/{args.repeats}: input side alone {1000 * input_cpu[-1]:.1f} ms CPU a batch; "
                   + ", ".join(f"{n} {s[-1]:.1f} steps/s ({1000 * cpu[n][-1]:.1f} ms CPU a step)"

@@ -27,9 +27,15 @@ with parameter servers, preprocessing that does not split into independent batch
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 DEFAULT_BANDWIDTH = 1.25e9  # bytes/s: a 10 Gb/s network, the trainer's side
+
+
+def _rate(capacity: float, cost: float) -> float:
+    """capacity / cost per batch; no bound (inf) when the cost measured 0 (a run shorter than the clock's tick)."""
+    return capacity / cost if cost > 0 else math.inf
 
 
 @dataclass(frozen=True)
@@ -48,24 +54,23 @@ class ClusterModel:
             ClusterModel(0.010, 0.028, 0.011, 0.012, 0.023, 1024).local_rate(1)  # before: 28 ms of CPU a step
                                                                           # after:  35.7 steps/s on one core
         """
-        return trainer_cores / self.local_cpu
+        return _rate(trainer_cores, self.local_cpu)
 
     def tasks_rate(self, trainer_cores: float, tasks: int, cores_per_task: float, lanes_per_task: int = 1) -> float:
         """The prefetch side on `tasks` input tasks: the lowest of the trainer's, the lanes', the tasks' cores' and
         the network's rate (cores_per_task may be a fraction: tasks sharing cores)."""
-        trainer = trainer_cores / self.trainer_cpu
-        lanes = tasks * lanes_per_task / self.lane_seconds
-        cores = tasks * cores_per_task / self.task_cpu
-        return min(trainer, lanes, cores, self.bandwidth / self.boundary_bytes)
+        trainer = _rate(trainer_cores, self.trainer_cpu)
+        lanes = _rate(tasks * lanes_per_task, self.lane_seconds)
+        cores = _rate(tasks * cores_per_task, self.task_cpu)
+        return min(trainer, lanes, cores, _rate(self.bandwidth, self.boundary_bytes))
 
     def tasks_needed(self, trainer_cores: float, cores_per_task: float, lanes_per_task: int = 1) -> int:
         """The fewest tasks at which the trainer (its cores or its network), not the input, sets the pace."""
-        per_task = min(lanes_per_task / self.lane_seconds, cores_per_task / self.task_cpu)
-        trainer = min(trainer_cores / self.trainer_cpu, self.bandwidth / self.boundary_bytes)
-        tasks = 1
-        while tasks * per_task < trainer:
-            tasks += 1
-        return tasks
+        per_task = min(_rate(lanes_per_task, self.lane_seconds), _rate(cores_per_task, self.task_cpu))
+        trainer = min(_rate(trainer_cores, self.trainer_cpu), _rate(self.bandwidth, self.boundary_bytes))
+        if math.isinf(trainer) or math.isinf(per_task):
+            return 1
+        return max(1, math.ceil(trainer / per_task - 1e-9))
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -87,5 +92,5 @@ def model_text(model: ClusterModel, trainer_cores: int = 8, cores_per_task: int 
         f"of {cores_per_task} cores ({lanes} lanes each):", "",
         "| input tasks | steps/s |", "|---|---|", *rows, "",
         f"The trainer's cores bind from {model.tasks_needed(trainer_cores, cores_per_task, lanes)} tasks on (at "
-        f"{trainer_cores / model.trainer_cpu:.0f} steps/s); the boundary's bytes would bind at "
-        f"{model.bandwidth / model.boundary_bytes:.0f} steps/s on a 10 Gb/s link."])
+        f"{_rate(trainer_cores, model.trainer_cpu):.0f} steps/s); the boundary's bytes would bind at "
+        f"{_rate(model.bandwidth, model.boundary_bytes):.0f} steps/s on a 10 Gb/s link."])

@@ -169,6 +169,10 @@ def test_the_cluster_model_predicts_from_the_measured_cpu_of_each_side():
     assert model.tasks_needed(1, 1) == 3 and model.tasks_needed(8, 4, 4) == 5  # 90.9 over 40; 727 over 160
     slow_link = ClusterModel(0.010, 0.028, 0.011, 0.0125, 0.025, boundary_bytes=10**6, bandwidth=10**8)
     assert slow_link.tasks_rate(8, 16, 4, 4) == pytest.approx(100.0)  # 100 MB/s over 1 MB batches
+    # a term measured as 0 (a run shorter than the CPU clock's tick) bounds nothing instead of dividing by zero
+    free_tasks = ClusterModel(0.010, 0.028, 0.011, task_cpu=0.0, lane_seconds=0.025, boundary_bytes=1000)
+    assert free_tasks.tasks_rate(1, 1, 1) == pytest.approx(1 / 0.025) and free_tasks.tasks_needed(1, 1) == 3
+    assert ClusterModel(0.0, 0.0, 0.0, 0.0, 0.025, boundary_bytes=0).tasks_needed(1, 1) == 1  # nothing binds the trainer
 
 
 def test_the_accelerator_targets_compare_with_the_bare_step_and_the_best_alternative():
