@@ -33,11 +33,11 @@ from dataclasses import dataclass
 import tensorflow as tf
 from tensorflow.python.ops import gen_data_flow_ops
 
-from smartstage.graph.op_types import UNFEEDABLE_DTYPES
 from smartstage.graph.stage_names import (BATCH_BYTES, HEAD_TARGETS, LANE_DISCARD, LANE_ENQUEUE, LANE_MOVE,
                                           LANE_OCCUPANCY, LANE_SIZE, LANES_SCOPE, PUT_OCCUPANCY, LaneNames,
                                           lane_scope)
 from smartstage.runtime.stage.settings import StageSettings
+from smartstage.runtime.lanes.batch_bytes import bytes_of_batch
 from smartstage.runtime.lanes.handoff import body_to_copy, build_hand_off, build_keyed_hand_off, copy_refusal
 from smartstage.runtime.lanes.split import PrefetchSplit, split_prefetch_side
 
@@ -74,18 +74,6 @@ class LaneGraph:
     batch_bytes: tf.Tensor | None     # bytes of one batch (the put's inputs), computed by the body run
     put_occupancy: tf.Tensor | None   # the buffer's size right after the put (one-thread path)
     put_inputs: tuple[str, ...]
-
-
-def bytes_of_batch(components: list[tf.Tensor]) -> tf.Tensor:
-    parts = []
-    for tensor in components:
-        if tensor.dtype == tf.string:
-            parts.append(tf.reduce_sum(tf.cast(tf.strings.length(tensor), tf.int64)) + 8 * tf.size(tensor, tf.int64))
-        elif tensor.dtype.as_datatype_enum in UNFEEDABLE_DTYPES:
-            continue
-        else:
-            parts.append(tf.size(tensor, out_type=tf.int64) * tensor.dtype.size)
-    return tf.add_n(parts) if parts else tf.constant(0, tf.int64)
 
 
 def find_lane(graph: tf.Graph, scope: str, index: int) -> Lane:

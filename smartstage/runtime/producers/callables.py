@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -49,6 +50,7 @@ class ProducerRuns:
         self._lock = threading.Lock()
         self._callables: dict[tuple, tuple[object, config_pb2.RunOptions]] = {}  # key -> (callable, its options)
         self.builds = 0  # executors built so far (callables made, fetch lists first run): CPU taken from the step
+        self.build_cpu_seconds = 0.0  # thread CPU of the callables made (a run()'s first run is not timed)
         self._run_signatures: set[tuple] = set()
         self._building: dict[tuple, threading.Event] = {}  # fetch lists whose callable a thread makes now
 
@@ -86,6 +88,7 @@ class ProducerRuns:
         callable_options = config_pb2.CallableOptions(
             feed=[fed.name] if fed is not None else [], fetch=[f.name for f in fetches if isinstance(f, tf.Tensor)],
             target=[f.name for f in fetches if isinstance(f, tf.Operation)], run_options=options)
+        started = time.thread_time()
         try:  # outside the lock: building executors takes a while, and other runs must not wait for it
             made = self._base._make_callable_from_options(callable_options)  # noqa: SLF001
         except (tf.errors.OpError, RuntimeError, TypeError, AttributeError) as error:
@@ -94,6 +97,7 @@ class ProducerRuns:
             return None
         with self._lock:
             self.builds += 1
+            self.build_cpu_seconds += time.thread_time() - started
             return self._callables.setdefault(key, (made, options))[0]
 
     def run(self, fetches: list, options: config_pb2.RunOptions, feed: dict | None = None, rare: bool = False,

@@ -3,8 +3,10 @@
     before:  k threads each run the put        -> batch order depends on who finishes first
     after:   ticket n: head (serial) -> body on a lane -> merger moves n after n-1   -> input order
 
-With one active lane it runs the plain put once per batch (ticket order is then trivial). With k > 1
-lanes (runtime/lanes/lanes.py) every worker thread, in turn: takes the next ticket and runs the head under
+With one active lane and lanes of their own (or none) it runs the plain put once per batch (ticket order is
+then trivial). Shared lanes (one body copy, runtime/lanes/lanes.py) run every batch through the lane, one
+active lane included: the put would be a second executor of the same head and body per session. With
+k > 1 lanes every worker thread, in turn: takes the next ticket and runs the head under
 one lock, runs the body into its own lane queue, and records "ticket n is in lane i". The merger
 moves tickets 0, 1, 2, ... in order into the stage buffer. What each ticket's outcome means:
 
@@ -35,7 +37,7 @@ POLL_SECONDS = 0.05        # how often a waiting worker looks at the stop flags
 class OrderedProducer:
     """Worker threads and a merger for one stage; `active_lanes` lanes produce at a time (1: the plain put)."""
 
-    def __init__(self, host: ProducerHost, lanes: LaneGraph | None):
+    def __init__(self, host: ProducerHost, lanes: LaneGraph | None, runs: ProducerRuns | None = None):
         self.host = host
         self.sess = host.sess
         self.lanes = lanes
@@ -53,11 +55,14 @@ class OrderedProducer:
         self._occupancy = 0
         self._warming = 0                   # workers building their executors now (_warm)
         self._ready = [False] * self.workers  # workers whose lane has its executors (_warm "lane")
-        self._builds_judged = 0             # callables made before the tuner's current window (runs.builds)
+        # shared lanes carry every batch, one lane included: the put is never run (_direct_fetches says why)
+        self.shared = lanes is not None and host.remote is None and lanes.lanes[0].ticket is not None
         self.active_lanes = min(self.tuner.lanes, self.workers)
         self.soft_capacity = self.tuner.capacity if self.tuner.tune_capacity else None
         self.threads: list[threading.Thread] = []
-        self.runs = ProducerRuns(self.sess, enabled=host.remote is None)  # callables (runtime/producers/callables.py)
+        # callables (runtime/producers/callables.py); the stage's own when it keeps them across re-initialisations
+        self.runs = runs if runs is not None else ProducerRuns(self.sess, enabled=host.remote is None)
+        self._builds_judged = self.runs.builds  # executors built before the tuner's current window
 
     # -- control -----------------------------------------------------------------------------------
     def halted(self) -> bool:
@@ -90,7 +95,7 @@ class OrderedProducer:
         """Ticket 0 in the caller's thread (a resettable stage: an uninitialised iterator or an input
         already at its end is known before any step takes). True: start the threads."""
         self._next_ticket = 1
-        outcome = self._run_direct(0)
+        outcome = self._run_lane_now(0) if self.shared else self._run_direct(0)
         if outcome[0] == "error":
             self.host.finish(outcome[1], deferred=False)
             return False
@@ -115,10 +120,11 @@ class OrderedProducer:
     def _warm(self, index: int, parts: set[str]) -> None:
         """Builds this worker's executors before it takes a ticket (runtime/producers/callables.py): the first batch
         of a lane the tuner tries must not carry them, nor stall the merger. `parts`: "lane" (its lane's head,
-        body and move, needed once 2 or more lanes run; the one-lane put goes through run()). Lane
-        executors are built when the lane first runs, not at start: lanes the tuner never tries cost none
-        (on the Wide&Deep port's ~2,000-op body, a lane's three took ~1 s of CPU from the first steps). Shared
-        lanes (runtime/lanes/lanes.py) share the three: the first lane to run builds them for every lane.
+        body and move, needed once 2 or more lanes run; the one-lane put goes through run()). Lanes of their
+        own are built when the lane first runs, not at start: lanes the tuner never tries cost none (on the
+        Wide&Deep port's ~2,000-op body, a lane's three took ~1 s of CPU from the first steps). Shared lanes
+        (runtime/lanes/lanes.py) share the three, and carry the first batch too: the first worker builds them
+        for every lane, and no put is built.
         The tuner judges no window in which executors were built, here or on a run's first use (a pool the
         tuner tries): the CPU that takes is not the setting's (_tune)."""
         lanes, options = self.lanes, self.host.run_options
@@ -143,7 +149,9 @@ class OrderedProducer:
                 self._warming -= 1
 
     def _direct_fetches(self) -> list:
-        """The one-lane put's fetches: with lanes, the occupancy and the batch's bytes, every run. A run
+        """The one-lane put's fetches (lanes of their own, or none; shared lanes never run the put: on the
+        Wide&Deep look-alike with the flag on its executor was a second build of the moved ~2,000-op work,
+        1.1 s of CPU in every session): with lanes, the occupancy and the batch's bytes, every run. A run
         that fetched the bytes only now and then would be a second fetch list, and every fetch list's
         executors are built once, stalling the whole session while they are (callables.py): on the
         Wide&Deep port the first byte-measuring run took 1.7 s, inside the first step. The put runs through
@@ -169,10 +177,11 @@ class OrderedProducer:
 
     def _work(self, index: int) -> None:
         while self._wait_turn(index):
-            lanes_run = self.lanes is not None and (self.active_lanes > 1 or self.host.remote is not None)
-            with self._cond:  # worker 0 warms its lane only once another lane can produce meanwhile
+            lanes_run = self.lanes is not None and (self.active_lanes > 1 or self.host.remote is not None
+                                                    or self.shared)
+            with self._cond:  # worker 0 warms its lane only once another lane can produce meanwhile (or no put)
                 warm = lanes_run and not self._ready[index] and (index > 0 or self._lanes_ready()
-                                                                 or self.host.remote is not None)
+                                                                 or self.host.remote is not None or self.shared)
             if warm:  # before taking a ticket: the other workers go on meanwhile
                 self._warm(index, {"lane"})
                 with self._cond:
@@ -180,13 +189,14 @@ class OrderedProducer:
                 continue
             with self._head_lock:
                 with self._cond:
-                    if self._head_done or index >= self.active_lanes or (index > 0 and not self._ready[index]):
+                    if self._head_done or index >= self.active_lanes or (
+                            (index > 0 or self.shared) and not self._ready[index]):
                         continue
                     ticket = self._next_ticket
                     self._next_ticket += 1
                     # a stage on input tasks always runs its lanes (the body's timeout, the task's name);
                     # one lane, or lanes still building their executors: worker 0 runs the put itself
-                    direct = self.lanes is None or (self.host.remote is None
+                    direct = self.lanes is None or (self.host.remote is None and not self.shared
                                                     and (self.active_lanes == 1 or not self._ready[index]))
                 if direct:
                     self._direct(ticket)
@@ -268,7 +278,7 @@ class OrderedProducer:
         # lane 0 alone measures: every lane carries the same tensors (a lane's own copy of the body: the
         # original's bytes would run the head again)
         fetches = self._body_fetches(index)
-        measure_bytes = index == 0 and (ticket < 4 or ticket % 16 == 0)
+        measure_bytes = (index == 0 or lane.ticket is not None) and (ticket < 4 or ticket % 16 == 0)
         started = time.monotonic()
         try:
             result = self.runs.run(fetches, self.host.body_run_options, feed or None,
@@ -283,6 +293,29 @@ class OrderedProducer:
         with self._cond:
             self._lane_last[index] = ticket
         self._record(ticket, ("lane", index))
+
+    def _run_lane_now(self, ticket: int) -> tuple:
+        """`ticket` through the shared lane in this thread: hand-in, body, move (a resettable stage's first
+        batch, ahead of the threads; the outcome as _run_direct gives it)."""
+        host, lanes = self.host, self.lanes
+        lane = lanes.lanes[0]
+        keyed = self._keyed(lane, ticket)
+        targets = [lanes.head_targets] if lanes.head_targets is not None else []
+        started = time.monotonic()
+        try:
+            feed = host.feed_dict()
+            self.runs.run([lane.hand_in, *targets], host.run_options, feed, keyed=keyed)
+            head_done = time.monotonic()
+            result = self.runs.run(self._body_fetches(0), host.body_run_options, feed, keyed=keyed)
+            body_done = time.monotonic()
+            with host.in_flight(0):
+                occupancy = self.runs.run([lane.occupancy], host.run_options, keyed=keyed)[0]
+        except Exception as error:  # noqa: BLE001  classified as the put's error would be
+            return self._classified(ticket, host.lane_error(error, 0))
+        self.meter.produced(head_done - started, body_done - head_done)
+        self.lane_batches[0] += 1
+        self._bytes_seen(result[1])
+        return ("moved", int(occupancy))
 
     @staticmethod
     def _keyed(lane, ticket: int) -> tuple | None:

@@ -34,6 +34,7 @@ import logging
 import threading
 import time
 import weakref
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import tensorflow as tf
@@ -60,6 +61,16 @@ def latest_prefetch_threads(graph: tf.Graph) -> "PrefetchThreads | None":
     ref = _LATEST.get(graph)
     threads = ref() if ref is not None else None
     return None if threads is None or threads.stopping() else threads
+
+
+@dataclass(frozen=True)
+class ExecutorBuilds:
+    """What one stage's ordered producer built in this session (runtime/producers/callables.py; the runs of an
+    unordered or sharded stage are not counted)."""
+
+    stage: str
+    builds: int          # fetch lists whose executors were built: callables made, run()'s first runs
+    cpu_seconds: float   # thread CPU of the callables made (run()'s first runs are not timed)
 
 
 class PrefetchThreads:
@@ -107,6 +118,15 @@ class PrefetchThreads:
     def decisions(self) -> list[TuningDecision]:
         """What autotune chose for each stage, and why (settled or still measuring)."""
         return [stage.tuner.decision() for stage in self._stages]
+
+    def executor_builds(self) -> list[ExecutorBuilds]:
+        """Each stage's executor builds in this session so far (every session builds its own).
+
+            before:  threads = start_prefetch_threads(sess); ... 20 steps
+            after:   threads.executor_builds()   # [ExecutorBuilds('stage', builds=3, cpu_seconds=0.8)]
+        """
+        return [ExecutorBuilds(stage.name, stage.runs.builds, round(stage.runs.build_cpu_seconds, 3))
+                for stage in self._stages]
 
     def step_timed(self, seconds: float) -> None:
         """Records one training step's time for every stage's stats (the prefetch hook calls this)."""

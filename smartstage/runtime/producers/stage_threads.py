@@ -29,6 +29,7 @@ from smartstage.errors import StageRuntimeError
 from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.lanes.lanes import LaneGraph, lane_count, lane_graph
 from smartstage.runtime.lanes.remote import named_task_error, remote_lane_graph, remote_plan
+from smartstage.runtime.producers.callables import ProducerRuns
 from smartstage.runtime.producers.control import CONTROL_RUN_MILLIS, quiet_run, session_closed
 from smartstage.runtime.producers.host import Owner
 from smartstage.runtime.producers.ordered import OrderedProducer
@@ -88,6 +89,9 @@ class StageThreads:
         self.meter = StageMeter()
         self.lanes: LaneGraph | None = None
         self.producer: OrderedProducer | ShardedProducer | UnorderedProducer | None = None
+        # the ordered producer's callables: executors belong to the session, so a producer started again
+        # after a re-initialisation (resume) runs the ones its predecessor built
+        self.runs = ProducerRuns(sess, enabled=self.remote is None)
         self.puts: list[_PutState] = []  # one per thread that runs a put or a move, for the timeout watchdog
         self.prepared = False
         self._lock = threading.Lock()
@@ -345,7 +349,7 @@ class StageThreads:
             self.producer = ShardedProducer(self, self.lanes, self.remote)
             self.producer.start()
         elif self.ordered:
-            self.producer = OrderedProducer(self, self.lanes)
+            self.producer = OrderedProducer(self, self.lanes, self.runs)
             self.producer.start(prime=self.resettable)
         else:
             self.producer = UnorderedProducer(self, self.settings.lanes)
