@@ -1,0 +1,36 @@
+"""benchmarks.second_session runs end to end in its smallest mode, so it keeps working.
+
+    python -m benchmarks.second_session --smoke    # wide_and_deep, flag off and on, 1 repeat, 4 steps
+
+It runs in a subprocess (each run is a process of its own, the benchmarks set process-wide TensorFlow state).
+The timings are not checked, only that every session of both runs produced them, that the evaluation's
+values are identical flag off and on, and what the stage's producer built: three executors per session
+(hand-in, body and move of the shared lanes), in the training session as in the evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_second_session_smoke_measures_both_sessions_of_both_runs(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
+    done = subprocess.run([sys.executable, "-m", "benchmarks.second_session", "--smoke", "--out", str(tmp_path)],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "second_session-latest.json").read_text())
+    assert not result["errors"] and result["identical"] == [True]
+    for run in ("off", "on"):
+        for session in ("train", "eval"):
+            got = result["measured"][run][session]
+            assert got["wall"][0] > 0 and got["cpu"][0] > 0, (run, session)
+            assert got["builds"] == [3], (run, session, got["builds"])  # no put beside the lane's three
+    assert result["ops"]["on"] > result["ops"]["off"]  # the rewrite's graph, one body copy
+    text = (tmp_path / "second_session-latest.md").read_text()
+    assert "| wide_and_deep | on / off |" in text and "identical in every repeat" in text
