@@ -81,17 +81,20 @@ def run_script(model: str, argv) -> ZooRun:
     return _zoo_run(names["RESULTS"], graph)
 
 
-def write_taobao_data(directory: Path, train_rows: int = 96, test_rows: int = 64) -> str:
+def write_taobao_data(directory: Path, train_rows: int = 96, test_rows: int = 64, int_ids: bool = False) -> str:
     """taobao_train_data and taobao_test_data as the multi-task scripts read them: clk, buy, then 18 string
-    columns (the two tag lists '|'-separated), no header."""
+    columns (the two tag lists '|'-separated), no header. int_ids: every column an integer id as in the real
+    Taobao files, `price` under 50 (mmoe, dbmtl and ple read it as an int for an identity column)."""
     for name, rows, seed in (("taobao_train_data", train_rows, 3), ("taobao_test_data", test_rows, 4)):
         rng = np.random.default_rng(seed)
         with open(directory / name, "w") as f:
             for _ in range(rows):
                 clk = int(rng.random() < 0.4)
                 buy = int(clk and rng.random() < 0.5)
-                fields = [f"{column}_{int(rng.zipf(1.5)) % 97}" if column not in TAOBAO_TAGS else
-                          "|".join(f"{column}_{int(v)}" for v in rng.integers(0, 40, int(rng.integers(1, 4))))
+                prefix = (lambda column: "") if int_ids else (lambda column: f"{column}_")
+                fields = [str(int(rng.integers(0, 50))) if int_ids and column == "price" else
+                          f"{prefix(column)}{int(rng.zipf(1.5)) % 97}" if column not in TAOBAO_TAGS else
+                          "|".join(f"{prefix(column)}{int(v)}" for v in rng.integers(0, 40, int(rng.integers(1, 4))))
                           for column in TAOBAO_COLUMNS]
                 f.write(",".join([str(clk), str(buy), *fields]) + "\n")
     return str(directory)
