@@ -210,3 +210,42 @@ def test_accelerator_smoke_measures_every_configuration_the_bare_step_and_the_bo
         assert rates[name]["median"] > 0, name
     assert workload["accelerator"]["bare"]["median"] > 0 and workload["accelerator"]["cpu_bound"]["median"] > 0
     assert "| dlrm/device 2 ms | SmartStage |" in (tmp_path / "accelerator-latest.md").read_text()
+
+
+@pytest.mark.parametrize("token, threads, own_pool, inter_op", [
+    ("1s", 1, False, 0), ("2o", 2, True, 0), ("1s4", 1, False, 4), ("3o2", 3, True, 2)])
+def test_accelerator_probe_points_name_lanes_pool_and_the_steps_pool(token, threads, own_pool, inter_op):
+    import smartstage as ss
+    from benchmarks.accelerator_probe import point_setting
+    from benchmarks.runners import DEFAULT_SETTING
+
+    setting = point_setting(token)
+    assert (setting.threads, setting.capacity, setting.own_pool, setting.inter_op) == (
+        threads, ss.AUTOTUNE, own_pool, inter_op)
+    assert point_setting("auto") == DEFAULT_SETTING
+
+
+def test_accelerator_probe_refuses_a_point_it_cannot_read():
+    from benchmarks.accelerator_probe import point_setting
+
+    with pytest.raises(ValueError, match="'2x'"):
+        point_setting("2x")
+
+
+def test_accelerator_probe_finds_the_take_the_train_op_reads():
+    #   range -> put ~~ take -> mul -> loss -> train (the take the probe runs alone)
+    import tensorflow as tf
+
+    import smartstage as ss
+    from benchmarks.accelerator_probe import take_op
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.cast(tf.compat.v1.data.make_one_shot_iterator(tf.data.Dataset.range(10)).get_next(), tf.float32)
+        w = tf.compat.v1.get_variable("w", [], initializer=tf.compat.v1.ones_initializer())
+        loss = tf.square(ss.staged(x) * w)
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    take = take_op(graph, train)
+    assert take.type == "QueueDequeueV2" and take.name.endswith("take")
+    with pytest.raises(LookupError, match="no stage take"):
+        take_op(graph, x.op)
