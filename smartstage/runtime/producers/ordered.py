@@ -35,7 +35,8 @@ POLL_SECONDS = 0.05        # how often a waiting worker looks at the stop flags
 
 
 class OrderedProducer:
-    """Worker threads and a merger for one stage; `active_lanes` lanes produce at a time (1: the plain put)."""
+    """Worker threads and a merger for one stage; `active_lanes` lanes produce at a time (1 without shared
+    lanes: the plain put)."""
 
     def __init__(self, host: ProducerHost, lanes: LaneGraph | None, runs: ProducerRuns | None = None):
         self.host = host
@@ -120,7 +121,8 @@ class OrderedProducer:
     def _warm(self, index: int, parts: set[str]) -> None:
         """Builds this worker's executors before it takes a ticket (runtime/producers/callables.py): the first batch
         of a lane the tuner tries must not carry them, nor stall the merger. `parts`: "lane" (its lane's head,
-        body and move, needed once 2 or more lanes run; the one-lane put goes through run()). Lanes of their
+        body and move, needed once 2 or more lanes run, or from the first batch with shared lanes; the one-lane
+        put of lanes of their own goes through run()). Lanes of their
         own are built when the lane first runs, not at start: lanes the tuner never tries cost none (on the
         Wide&Deep port's ~2,000-op body, a lane's three took ~1 s of CPU from the first steps). Shared lanes
         (runtime/lanes/lanes.py) share the three, and carry the first batch too: the first worker builds them
@@ -132,7 +134,7 @@ class OrderedProducer:
             return
         lane = lanes.lanes[index]
         runs = []
-        if "lane" in parts:  # (the one-lane put goes through run(): _direct_fetches says why)
+        if "lane" in parts:  # (a one-lane put goes through run(): _direct_fetches says why)
             runs.append(([lane.occupancy], options))
             if lane.hand_in is not None:
                 targets = [lanes.head_targets] if lanes.head_targets is not None else []
