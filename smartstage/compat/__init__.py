@@ -56,7 +56,8 @@ class _NoEstimator(Namespace):
 
 
 train = Namespace(__name__ + ".tf.train", _tf.compat.v1.train, {
-    "MonitoredTrainingSession": with_deeprec_keywords(MonitoredTrainingSession, "tf.train.MonitoredTrainingSession"),
+    "MonitoredTrainingSession": with_deeprec_keywords(sessions.checked_config(MonitoredTrainingSession),
+                                                      "tf.train.MonitoredTrainingSession"),
     "MonitoredSession": sessions.MonitoredSession,
     "SingularMonitoredSession": sessions.SingularMonitoredSession,
     "ChiefSessionCreator": sessions.ChiefSessionCreator,

@@ -88,6 +88,29 @@ KEEP_WEIGHTS = Unsupported(
     "without --bf16")
 
 
+MICRO_BATCH = Unsupported(
+    "ConfigProto.graph_options.optimizer_options.micro_batch_num",
+    "DeepRec's Auto Micro Batch runs N copies of the step and sums their gradients into one update, so the model "
+    "zoo's batch_size / N per copy trains as one full batch; stock TensorFlow would update on each micro-batch",
+    "--micro_batch 0 (leave it out) and the full --batch_size")
+
+
+def refuse_config_features(config: Any) -> None:
+    """Raises DeepRecFeatureError for a DeepRec config field whose absence changes the training: micro_batch_num > 1.
+
+        before:  config.graph_options.optimizer_options.micro_batch_num = 2   # ignored: half-size batches trained
+        after:   DeepRecFeatureError: ...micro_batch_num=2 is DeepRec-only (...): run the script with --micro_batch 0
+
+    The other fields stock TensorFlow lacks (do_op_fusion, do_async_embedding, ...) only change speed, so the
+    config layer accepts them and logs them as not applied; a stock ConfigProto has none of them.
+    """
+    options = getattr(getattr(config, "graph_options", None), "optimizer_options", None)
+    micro_batch_num = getattr(options, "micro_batch_num", 0)
+    if micro_batch_num > 1:
+        raise DeepRecFeatureError(MICRO_BATCH.message().replace(
+            "micro_batch_num is", f"micro_batch_num={micro_batch_num} is", 1))
+
+
 def raiser(entry: Unsupported) -> Callable[..., Any]:
     """A callable that raises DeepRecFeatureError for `entry` when called."""
 

@@ -21,13 +21,17 @@ rewritten) and gives TensorFlow the stock config with a prefetch pool (session_c
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import functools
+import inspect
+from typing import Any, Callable, Iterable
 
 import tensorflow as _tf
 
 from smartstage.config.options import options_from_config
 from smartstage.session.monitored import SmartMonitoredSession, smart_hooks
 from smartstage.session.session import prepare_graph, session_config
+
+from .deeprec_only import refuse_config_features
 
 _train = _tf.compat.v1.train
 
@@ -42,6 +46,7 @@ class ChiefSessionCreator(_train.ChiefSessionCreator):
     def __init__(self, scaffold=None, master="", config=None, checkpoint_dir=None,
                  checkpoint_filename_with_path=None):
         self.smart_stage_config = config
+        refuse_config_features(config)
         super().__init__(scaffold=scaffold, master=master, config=session_config(config, master),
                          checkpoint_dir=checkpoint_dir, checkpoint_filename_with_path=checkpoint_filename_with_path)
 
@@ -59,6 +64,7 @@ class WorkerSessionCreator(_train.WorkerSessionCreator):
 
     def __init__(self, scaffold=None, master="", config=None, max_wait_secs=30 * 60):
         self.smart_stage_config = config
+        refuse_config_features(config)
         super().__init__(scaffold=scaffold, master=master, config=session_config(config, master),
                          max_wait_secs=max_wait_secs)
 
@@ -109,6 +115,7 @@ def SingularMonitoredSession(hooks=None, scaffold=None, master="", config=None, 
         before:  SingularMonitoredSession(config=deeprec_config, hooks=hooks)   # TypeError in the stock Session
         after:   the default graph rewritten when the flags are on; raw_session() is the stock one
     """
+    refuse_config_features(config)
     options = options_from_config(config)
     record, mapper, hooks, _ = smart_hooks(_tf.compat.v1.get_default_graph(), options, hooks, (), True, targets)
     session = _train.SingularMonitoredSession(
@@ -130,7 +137,24 @@ class Supervisor(_train.Supervisor):
 
     def prepare_or_wait_for_session(self, master="", config=None, wait_for_checkpoint=False,
                                     max_wait_secs=7200, start_standard_services=True):
+        refuse_config_features(config)
         prepare_graph(self._graph, options_from_config(config))  # noqa: SLF001  (the Supervisor's own graph)
         return super().prepare_or_wait_for_session(
             master=master, config=session_config(config, master), wait_for_checkpoint=wait_for_checkpoint,
             max_wait_secs=max_wait_secs, start_standard_services=start_standard_services)
+
+
+def checked_config(session_api: Callable[..., Any]) -> Callable[..., Any]:
+    """`session_api` refusing, before it builds anything, a config whose DeepRec-only fields change the training.
+
+        before:  MonitoredTrainingSession(config=config_with_micro_batch_num_2)   # half-size batches, silently
+        after:   checked_config(MonitoredTrainingSession)(config=...)            # DeepRecFeatureError: --micro_batch 0
+    """
+    signature = inspect.signature(session_api)
+
+    @functools.wraps(session_api)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        refuse_config_features(signature.bind_partial(*args, **kwargs).arguments.get("config"))
+        return session_api(*args, **kwargs)
+
+    return call

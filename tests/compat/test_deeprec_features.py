@@ -28,6 +28,9 @@ SCRIPT_FLAGS = [
     (["--parquet_dataset", "True"], "ParquetDataset", "--parquet_dataset False"),
     (["--workqueue", "True"], "WorkQueue", "--workqueue False"),
     (["--bf16"], "keep_weights", "without --bf16"),
+    # Auto Micro Batch: the script divides --batch_size by N for N summed copies; ignored, it would train on
+    # half-size batches, so the session refuses it before the first step.
+    (["--micro_batch", "2"], "micro_batch_num=2", "--micro_batch 0"),
 ]
 
 
@@ -214,6 +217,39 @@ def test_each_monitored_session_api_takes_either_config_and_rewrites_the_graph(c
     reference, unchanged = _losses(SESSIONS[session_kind], dtf.ConfigProto())
     assert record is not None and record.changed and unchanged is None
     assert losses == reference
+
+
+def _micro_batch_config(n):
+    config = _deeprec_config()
+    config.graph_options.optimizer_options.micro_batch_num = n
+    return config
+
+
+MICRO_BATCH_SESSIONS = {
+    "MonitoredTrainingSession": lambda config: dtf.train.MonitoredTrainingSession(config=config),
+    "ChiefSessionCreator": lambda config: dtf.train.ChiefSessionCreator(config=config),
+    "WorkerSessionCreator": lambda config: dtf.train.WorkerSessionCreator(config=config),
+    "SingularMonitoredSession": lambda config: dtf.train.SingularMonitoredSession(config=config),
+    "Supervisor": lambda config: dtf.train.Supervisor(logdir=None).prepare_or_wait_for_session(config=config),
+}
+
+
+@pytest.mark.parametrize("session_kind", MICRO_BATCH_SESSIONS)
+def test_micro_batch_num_above_one_is_refused_before_any_session_starts(session_kind, graph):
+    _staged_graph()
+    with pytest.raises(DeepRecFeatureError) as error:
+        MICRO_BATCH_SESSIONS[session_kind](_micro_batch_config(2))
+    message = str(error.value)
+    assert message.startswith("ConfigProto.graph_options.optimizer_options.micro_batch_num=2 is DeepRec-only")
+    assert "run the script with --micro_batch 0 (leave it out) and the full --batch_size" in message
+    assert "\n" not in message
+    assert live_rewrite_of(graph) is None  # refused before the rewrite
+
+
+def test_micro_batch_num_one_is_one_copy_of_the_step_and_trains_as_without_it():
+    losses, record = _losses(SESSIONS["SingularMonitoredSession"], _micro_batch_config(1))
+    reference, _ = _losses(SESSIONS["SingularMonitoredSession"], _deeprec_config())
+    assert record.changed and losses == reference
 
 
 def test_a_plain_session_creator_rewrites_the_graph(graph):
