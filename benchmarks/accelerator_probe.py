@@ -37,10 +37,18 @@ from tensorflow.core.protobuf import config_pb2
 import smartstage as ss
 from benchmarks.e2e import prepare_data
 from benchmarks.report import DEFAULT_OUT, Spread, load_average, machine_info, markdown_table, write_outputs
-from benchmarks.runners import CONFIGS_BY_NAME, DEFAULT_SETTING, ConfigRunner, OpenRun, Setting, Workload, smart_split
+from benchmarks.runners import (
+    CONFIGS_BY_NAME,
+    DEFAULT_SETTING,
+    ConfigRunner,
+    OpenRun,
+    Setting,
+    Workload,
+    session_config,
+    smart_split,
+)
 from benchmarks.sides import SidesRunner
 
-logger = logging.getLogger("benchmarks.accelerator_probe")
 TRACE = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE)
 TRACE_EVERY = 5
 
@@ -113,6 +121,15 @@ def block(run: OpenRun, take: tf.Operation, steps: int) -> dict:
             "alone_per_sec": steps / alone_wall, "alone_cpu_ms": 1000 * alone_cpu / steps}
 
 
+def bare_block(sides: SidesRunner, bare: tf.compat.v1.Session, steps: int) -> dict:
+    """The sides of SmartStage's cut (benchmarks/sides.py), and traced steps of the bare step in its own session
+    `bare`: the device op with no lane beside it."""
+    measured = sides.sample(4, steps)["smart"]
+    train = bare.graph.get_operation_by_name(sides.trains["smart"][2])
+    devices = [traced_step(bare, train)[1] for _ in range(max(1, steps // TRACE_EVERY))]
+    return {"sides": measured, "device_ms": statistics.mean(devices)}
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.accelerator_probe", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep"))
@@ -143,6 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     opened = {p: smart.open(point_setting(p)) for p in points}
     settle = {p: run.settle(sys.maxsize, args.settle_seconds) for p, run in opened.items()}
     sides.open()
+    bare_graph, bare_init, _ = sides.trains["smart"]
+    bare_session = tf.compat.v1.Session(graph=bare_graph, config=session_config(DEFAULT_SETTING, workload))
+    bare_session.run(bare_init)
     samples: dict[str, list] = {p: [] for p in points + ["sides"]}
     rng = random.Random(0)
     try:
@@ -150,16 +170,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             order = points + ["sides"]
             rng.shuffle(order)
             for p in order:
-                samples[p].append(sides.sample(4, args.steps)["smart"] if p == "sides" else
-                                  block(opened[p], take, args.steps))
+                samples[p].append(bare_block(sides, bare_session, args.steps) if p == "sides" else block(opened[p], take, args.steps))
             print(f"repeat {repeat + 1}: " + ", ".join(f"{p} {samples[p][-1]['steps_per_sec']:.0f}" for p in points)
-                  + f", bare {1 / samples['sides'][-1].t_train:.0f} steps/s (load {load_average()})",
+                  + f", bare {1 / samples['sides'][-1]['sides'].t_train:.0f} steps/s (load {load_average()})",
                   file=sys.stderr, flush=True)
     finally:
         for run in opened.values():
             run.close()
         sides.close()
-    bare = [1 / s.t_train for s in samples["sides"]]
+        bare_session.close()
+    measured = [s["sides"] for s in samples["sides"]]
+    bare = [1 / s.t_train for s in measured]
     rows = []
     for p in points:
         got = samples[p]
@@ -173,10 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     header = ["point", "setting", "steps/s", "of the bare step", "CPU ms a step", "take waited ms",
               "device op ms", "lanes' wall ms a batch", "input alone batches/s", "input alone CPU ms a batch",
               "chosen"]
-    sides_line = (f"The bare step {Spread.of(bare).text(1)} steps/s ({Spread.of(1000 * s.cpu_train for s in samples['sides']).text(2)} "
-                  f"ms CPU); the input side alone on one lane (SmartStage's cut) "
-                  f"{Spread.of(1 / s.t_in for s in samples['sides']).text(0)} batches/s at "
-                  f"{Spread.of(1000 * s.cpu_in for s in samples['sides']).text(1)} ms CPU a batch.")
+    sides_line = (f"The bare step {Spread.of(bare).text(1)} steps/s ({Spread.of(1000 * s.cpu_train for s in measured).text(2)} "
+                  f"ms CPU; its device op {Spread.of(s['device_ms'] for s in samples['sides']).text(2)} ms, traced); "
+                  f"the input side alone on one lane (SmartStage's cut) {Spread.of(1 / s.t_in for s in measured).text(0)} "
+                  f"batches/s at {Spread.of(1000 * s.cpu_in for s in measured).text(1)} ms CPU a batch.")
     text = "\n".join([
         f"{workload.name}: SmartStage at fixed settings and AUTOTUNE, {args.repeats} interleaved repeats of "
         f"{args.steps} steps (every {TRACE_EVERY}th traced), median (range); load average "
