@@ -73,8 +73,8 @@ UNSUPPORTED = {
         "tf.get_multihash_variable", "an embedding built from several smaller hashed tables (Multi-Hash Variable)",
         "--multihash False"),
     "config.experimental.enable_distributed_strategy": Unsupported(
-        "tf.config.experimental.enable_distributed_strategy", "starts DeepRec's collective group-embedding "
-        "strategy", "--group_embedding None (leave the flag out)"),
+        "tf.config.experimental.enable_distributed_strategy", "starts DeepRec's group-embedding "
+        "strategy (localized or collective)", "--group_embedding None (leave the flag out)"),
 }
 
 WORK_QUEUE = Unsupported(
