@@ -23,6 +23,10 @@ class ConfigError(SmartStageError, ValueError):
     """A flag, option or argument has a wrong name, type or value."""
 
 
+class DeepRecFeatureError(ConfigError):
+    """A DeepRec-only feature that stock TensorFlow cannot run: the message names the script flag that turns it off."""
+
+
 class PassError(SmartStageError):
     """A pass failed, or the graph it produced failed verification.
 

@@ -18,13 +18,10 @@ from typing import Any, Callable
 
 import tensorflow as _tf
 
-from smartstage.errors import ConfigError
+from smartstage.config.deeprec import refuse_micro_batch
+from smartstage.errors import ConfigError, DeepRecFeatureError
 
 logger = logging.getLogger(__name__)
-
-
-class DeepRecFeatureError(ConfigError):
-    """A DeepRec-only feature that stock TensorFlow cannot run: the message names the script flag that turns it off."""
 
 
 @dataclass(frozen=True)
@@ -88,13 +85,6 @@ KEEP_WEIGHTS = Unsupported(
     "without --bf16")
 
 
-MICRO_BATCH = Unsupported(
-    "ConfigProto.graph_options.optimizer_options.micro_batch_num",
-    "DeepRec's Auto Micro Batch runs N copies of the step and sums their gradients into one update, so the model "
-    "zoo's batch_size / N per copy trains as one full batch; stock TensorFlow would update on each micro-batch",
-    "--micro_batch 0 (leave it out) and the full --batch_size")
-
-
 def refuse_config_features(config: Any) -> None:
     """Raises DeepRecFeatureError for a DeepRec config field whose absence changes the training: micro_batch_num > 1.
 
@@ -105,10 +95,8 @@ def refuse_config_features(config: Any) -> None:
     config layer accepts them and logs them as not applied; a stock ConfigProto has none of them.
     """
     options = getattr(getattr(config, "graph_options", None), "optimizer_options", None)
-    micro_batch_num = getattr(options, "micro_batch_num", 0)
-    if micro_batch_num > 1:
-        raise DeepRecFeatureError(MICRO_BATCH.message().replace(
-            "micro_batch_num is", f"micro_batch_num={micro_batch_num} is", 1))
+    if options is not None:
+        refuse_micro_batch(options)
 
 
 def raiser(entry: Unsupported) -> Callable[..., Any]:

@@ -10,7 +10,8 @@ number, so a stock ConfigProto is one serialisation away.
 
 DeepRec's other optimizer options (do_op_fusion, micro_batch_num, do_async_embedding,
 embedding_layer_device_placement_optimization; 5005-5008) are fields too, so a model-zoo script that sets
-them runs: they are logged once as not applied (stock TensorFlow has none of these optimizations).
+them runs: they are logged once as not applied (stock TensorFlow has none of these optimizations), except
+micro_batch_num > 1, which changes what each update trains on and is refused (DeepRecFeatureError).
 stage_subgraph_on_cpu (5009), DeepRec's newer spelling of the GPU flag, means do_smart_stage_gpu.
 """
 
@@ -22,7 +23,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from tensorflow.core.protobuf import config_pb2
 
 from smartstage.config.error_codes import OUT_OF_RANGE, error_codes
-from smartstage.errors import ConfigError
+from smartstage.errors import ConfigError, DeepRecFeatureError
 from smartstage.protos import AUTOTUNE
 
 logger = logging.getLogger(__name__)
@@ -167,13 +168,32 @@ def deeprec_smart_stage_options(capacity: int = AUTOTUNE, num_threads: int = AUT
 _logged_not_applied: set[str] = set()
 
 
+def refuse_micro_batch(optimizer_options) -> None:
+    """Raises DeepRecFeatureError for micro_batch_num > 1: the one DeepRec optimizer option whose absence changes
+    what the model trains on (the others only change speed, and are logged as not applied).
+
+        before:  optimizer_options.micro_batch_num = 2   # ignored: the zoo's half-size batches trained one by one
+        after:   DeepRecFeatureError: ...micro_batch_num=2 is DeepRec-only (...): run the script with --micro_batch 0 ...
+    """
+    micro_batch_num = getattr(optimizer_options, "micro_batch_num", 0)
+    if micro_batch_num > 1:
+        raise DeepRecFeatureError(
+            f"ConfigProto.graph_options.optimizer_options.micro_batch_num={micro_batch_num} is DeepRec-only "
+            "(DeepRec's Auto Micro Batch runs N copies of the step and sums their gradients into one update, so "
+            "the model zoo's batch_size / N per copy trains as one full batch; stock TensorFlow would update on "
+            "each micro-batch); stock TensorFlow has no equivalent: run the script with --micro_batch 0 (leave it "
+            "out) and the full --batch_size")
+
+
 def deeprec_gpu_flag(optimizer_options) -> bool:
     """DeepRec's GPU flag in either spelling (do_smart_stage_gpu, or the newer stage_subgraph_on_cpu); logs, once
-    per option, each DeepRec optimizer option set in the config that stock TensorFlow cannot apply.
+    per option, each DeepRec optimizer option set in the config that stock TensorFlow cannot apply, and refuses
+    micro_batch_num > 1 (refuse_micro_batch).
 
         before:  config.graph_options.optimizer_options.do_op_fusion = True   # AttributeError on stock TF
         after:   accepted; "do_op_fusion=True ... not applied" logged once
     """
+    refuse_micro_batch(optimizer_options)
     for fname in _NOT_APPLIED_FIELDS:
         value = getattr(optimizer_options, fname)
         if value and fname not in _logged_not_applied:
