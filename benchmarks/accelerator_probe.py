@@ -2,6 +2,7 @@
 
     python -m benchmarks.accelerator_probe                         # DLRM-like, device 5 ms, 5 repeats (~2 min)
     python -m benchmarks.accelerator_probe --device-ms 2 --points auto,1s,2s,1o,2o
+    python -m benchmarks.accelerator_probe --smoke                # a tiny model on 2,000 rows (the test)
 
 The accelerator family (python -m benchmarks.e2e --accelerator) says how fast; this says why. One graph of
 SmartStage's (staged() + the flag) and the bare step (benchmarks/sides.py), sessions at each point kept
@@ -28,6 +29,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -141,7 +143,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--size", default="benchmark", choices=("benchmark", "small"))
-    return parser.parse_args(argv)
+    parser.add_argument("--smoke", action="store_true", help="a tiny model on 2,000 rows, 1 repeat of 12 steps")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory (default benchmarks/out)")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.size, args.rows, args.batch_size = "small", 2000, 32
+        args.repeats, args.steps, args.settle_seconds = 1, 12, 5.0
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -151,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tf.get_logger().setLevel("ERROR")
     started = time.perf_counter()
     machine = machine_info()
-    files = prepare_data(DEFAULT_OUT, args.rows, 0)
+    files = prepare_data(args.out, args.rows, 0)
     workload = Workload(args.model, "device", 0.0, args.batch_size, args.size, device_ms=args.device_ms)
     smart = ConfigRunner(CONFIGS_BY_NAME["smart"], workload, files)
     sides = SidesRunner(ConfigRunner(CONFIGS_BY_NAME["no_stage"], workload, files), smart_split(smart))
@@ -170,7 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             order = points + ["sides"]
             rng.shuffle(order)
             for p in order:
-                samples[p].append(bare_block(sides, bare_session, args.steps) if p == "sides" else block(opened[p], take, args.steps))
+                samples[p].append(bare_block(sides, bare_session, args.steps) if p == "sides"
+                                  else block(opened[p], take, args.steps))
             print(f"repeat {repeat + 1}: " + ", ".join(f"{p} {samples[p][-1]['steps_per_sec']:.0f}" for p in points)
                   + f", bare {1 / samples['sides'][-1]['sides'].t_train:.0f} steps/s (load {load_average()})",
                   file=sys.stderr, flush=True)
@@ -194,9 +203,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     header = ["point", "setting", "steps/s", "of the bare step", "CPU ms a step", "take waited ms",
               "device op ms", "lanes' wall ms a batch", "input alone batches/s", "input alone CPU ms a batch",
               "chosen"]
-    sides_line = (f"The bare step {Spread.of(bare).text(1)} steps/s ({Spread.of(1000 * s.cpu_train for s in measured).text(2)} "
+    cpu_train = Spread.of(1000 * s.cpu_train for s in measured).text(2)
+    sides_line = (f"The bare step {Spread.of(bare).text(1)} steps/s ({cpu_train} "
                   f"ms CPU; its device op {Spread.of(s['device_ms'] for s in samples['sides']).text(2)} ms, traced); "
-                  f"the input side alone on one lane (SmartStage's cut) {Spread.of(1 / s.t_in for s in measured).text(0)} "
+                  f"the input side alone on one lane (SmartStage's cut) "
+                  f"{Spread.of(1 / s.t_in for s in measured).text(0)} "
                   f"batches/s at {Spread.of(1000 * s.cpu_in for s in measured).text(1)} ms CPU a batch.")
     text = "\n".join([
         f"{workload.name}: SmartStage at fixed settings and AUTOTUNE, {args.repeats} interleaved repeats of "
@@ -207,9 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           if p == "auto"), ""])
     result = {"benchmark": "accelerator_probe", "command": "python -m benchmarks.accelerator_probe "
               + " ".join(argv if argv is not None else sys.argv[1:]), "machine": machine,
-              "parameters": vars(args), "settle": settle, "samples": samples,
+              "parameters": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+              "settle": settle, "samples": samples,
               "seconds": round(time.perf_counter() - started, 1)}
-    write_outputs(DEFAULT_OUT, "accelerator-probe", result, text=text)
+    write_outputs(args.out, "accelerator-probe", result, text=text)
     print(text)
     return 0
 

@@ -249,3 +249,18 @@ def test_accelerator_probe_finds_the_take_the_train_op_reads():
     assert take.type == "QueueDequeueV2" and take.name.endswith("take")
     with pytest.raises(LookupError, match="no stage take"):
         take_op(graph, x.op)
+
+
+def test_accelerator_probe_smoke_measures_every_point_and_the_bare_step(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.accelerator_probe", "--smoke", "--points", "auto,1s,2o",
+                           "--out", str(tmp_path)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = _latest(tmp_path, "accelerator-probe")
+    for point in ("auto", "1s", "2o"):
+        (sample,) = result["samples"][point]
+        assert sample["steps_per_sec"] > 0 and sample["alone_per_sec"] > 0, point
+    assert result["samples"]["2o"][0]["lanes"] == [2] and result["samples"]["2o"][0]["own_pool"] == [True]
+    (bare,) = result["samples"]["sides"]
+    assert bare["device_ms"] >= 5.0  # the device op waits its 5 ms whatever the host does
+    assert "| 1s | 1 thread(s), capacity AUTOTUNE, shared pool |" in (tmp_path / "accelerator-probe-latest.md").read_text()
