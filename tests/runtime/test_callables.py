@@ -47,17 +47,18 @@ def test_a_session_that_cannot_make_callables_runs_through_run(graph):
 
 def test_a_lane_is_warmed_when_it_first_becomes_active_and_not_before(graph):
     """AUTOTUNE builds 4 lanes and starts on one. Shared lanes (runtime/lanes/lanes.py: one body copy, each
-    run fed its ticket) carry that one lane's batches too: worker 0 makes the head, body and move callables
-    (executors) before its first ticket, and the put is never run (its executors would hold the same head and
-    body a second time). When 3 lanes may run, lanes 1 and 2 find the three callables made: three in all,
-    whatever the lanes, and lane 3 never runs. Every batch in order."""
+    run fed its ticket) carry that one lane's batches too, through run() (its executors serve every pool, so
+    the pool trial builds nothing again): the first batch builds the head, body and move, and the put is never
+    run (its executors would hold the same head and body a second time). When 3 lanes may run, lanes 1 and 2
+    find the three built: three in all, whatever the lanes, and lane 3 never runs. Every batch in order."""
     y = ss.staged(tf.identity(range_input(10**6) * 3, name="body"))
     with tf.compat.v1.Session(graph=graph) as sess, ss.start_prefetch_threads(sess) as threads:
         assert [int(sess.run(y)) for _ in range(10)] == [3 * i for i in range(10)]
         producer = threads._stages[0].producer  # noqa: SLF001
 
-        def made() -> list:  # the first name of each fetch list (the body fetches the batch's bytes too)
-            return [names[0] for names, *_ in list(producer.runs._callables)]  # noqa: SLF001
+        def made() -> list:  # the first name of each fetch list built (the body fetches the batch's bytes too)
+            assert not producer.runs._callables  # noqa: SLF001  shared lanes make no callable
+            return [names[0] for names in list(producer.runs._run_signatures)]  # noqa: SLF001
 
         lane = producer.lanes.lanes[0]
         lane_runs = {lane.hand_in.name, lane.enqueue.name, lane.occupancy.name}
@@ -69,11 +70,11 @@ def test_a_lane_is_warmed_when_it_first_becomes_active_and_not_before(graph):
         got = [int(sess.run(y)) for _ in range(300)]
         assert got == [3 * i for i in range(10, 310)]
         wait_until(lambda: all(producer._ready[:3]), "lanes 1 and 2 warmed")  # noqa: SLF001
-        assert sorted(made()) == sorted(lane_runs)   # one callable per run, shared by the lanes
+        assert sorted(made()) == sorted(lane_runs)   # one build per run, shared by the lanes
         assert not producer._ready[3] and producer.lane_batches[3] == 0  # noqa: SLF001
         got = [int(sess.run(y)) for _ in range(100)]
         assert got == [3 * i for i in range(310, 410)]
         assert all(producer.lane_batches[i] > 0 for i in (1, 2))   # the lanes ran once ready
-        assert producer.runs.builds == 3   # the three callables; no put's run()
+        assert producer.runs.builds == 3   # the three runs' executors; no put
         assert threads.executor_builds()[0].builds == 3
     assert len(producer.lanes.lanes) == 4 and len({id(lane) for lane in producer.lanes.lanes}) == 1

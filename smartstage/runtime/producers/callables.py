@@ -104,13 +104,18 @@ class ProducerRuns:
             keyed: tuple | None = None) -> list:
         """The values of `fetches` (None for an operation), as `sess.run(fetches, feed, options)` gives them.
 
-        keyed: (a shared lane's ticket placeholder, the ticket), fed to this run (runtime/lanes/lanes.py).
+        keyed: (a shared lane's ticket placeholder, the ticket), fed to this run (runtime/lanes/lanes.py). A
+        shared lane's runs go through run(): they carry every batch, under the pool the tuner tries too, and
+        a callable is made per RunOptions, so the pool trial built the lane's head, body and move a second
+        time (on the Wide&Deep port a 1-2 s stall of the whole session inside its first 300 steps, which ran
+        0.75x flag off), while run() builds them once per fetch list whatever the pool (~40 us of CPU a run
+        more than a callable).
 
-        rare: a run made now and then (a batch's bytes, every 16th batch) goes through run(): a callable
-        always builds new executors, per RunOptions (~0.15-0.9 s of CPU each on a ~2,000-op body, measured
-        on the Wide&Deep port), while run() builds them once per fetch list whatever the pool."""
+        rare: a run made now and then (a batch's bytes, every 16th batch) goes through run() for the same
+        reason: a callable always builds new executors, per RunOptions (~0.15-0.9 s of CPU each on a
+        ~2,000-op body, measured on the Wide&Deep port)."""
         fed, value = keyed if keyed is not None else (None, None)
-        made = None if feed or rare else self.prepare(fetches, options, fed)
+        made = None if feed or rare or fed is not None else self.prepare(fetches, options, fed)
         if made is None:
             if fed is not None:
                 feed = {**(feed or {}), fed: value}

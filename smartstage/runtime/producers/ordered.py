@@ -125,14 +125,17 @@ class OrderedProducer:
         put of lanes of their own goes through run()). Lanes of their
         own are built when the lane first runs, not at start: lanes the tuner never tries cost none (on the
         Wide&Deep port's ~2,000-op body, a lane's three took ~1 s of CPU from the first steps). Shared lanes
-        (runtime/lanes/lanes.py) share the three, and carry the first batch too: the first worker builds them
-        for every lane, and no put is built.
+        (runtime/lanes/lanes.py) share the three, and carry the first batch too: their runs go through run()
+        (ProducerRuns.run says why), whose first batch builds them for every lane and every pool; no put is
+        built.
         The tuner judges no window in which executors were built, here or on a run's first use (a pool the
         tuner tries): the CPU that takes is not the setting's (_tune)."""
         lanes, options = self.lanes, self.host.run_options
         if lanes is None or self.host.feed_values:
             return
         lane = lanes.lanes[index]
+        if lane.ticket is not None:  # shared lanes run through run(): built on their first batch (callables.py)
+            return
         runs = []
         if "lane" in parts:  # (a one-lane put goes through run(): _direct_fetches says why)
             runs.append(([lane.occupancy], options))
