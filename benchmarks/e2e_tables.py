@@ -111,11 +111,19 @@ def targets(summary: dict) -> dict[str, Any]:
             "targets": out}
 
 
+def _ran(summary: dict, name: str) -> bool:
+    """Whether the run measured configuration `name` at all (a family may leave some out, e.g. the
+    accelerator family's SmartStage + tf.data prefetch): a row of dashes says nothing."""
+    return any((config == name) for config, _setting in summary["samples"])
+
+
 def workload_table(summary: dict) -> str:
     header = ["configuration", "defaults: steps/s", "x no stage", "best grid point", "steps/s", "CPU ms/step"]
     no_stage = [s.steps_per_sec if s is not None else None for s in summary["samples"].get(("no_stage", DEFAULT_SETTING), [])]
     rows = []
     for (name, row) in summary["rows"].items():
+        if not _ran(summary, name):
+            continue
         default = _rates(summary["samples"].get((name, DEFAULT_SETTING), []))
         rows.append([row["label"], row["default"].text(1), _ratio(default, no_stage).text(2), row["best_label"],
                      row["best"].text(1), row["cpu_ms"].text(1)])
@@ -128,6 +136,8 @@ def defaults_table(summaries: list[dict]) -> str:
     rows = []
     for s in summaries:
         for name in SMART:
+            if not _ran(s, name):
+                continue
             t = s["targets"][name]
             settle = s["settle"].get(name, {})
             chose = "; ".join(f"{lanes} lanes, capacity {cap}" for lanes, cap, _ in settle.get("decisions", []))
