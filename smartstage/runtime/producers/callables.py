@@ -24,7 +24,6 @@ import logging
 import threading
 import time
 
-import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
@@ -54,18 +53,17 @@ class ProducerRuns:
         self._run_signatures: set[tuple] = set()
         self._building: dict[tuple, threading.Event] = {}  # fetch lists whose callable a thread makes now
 
-    def _key(self, fetches: list, options: config_pb2.RunOptions, fed: tf.Tensor | None = None) -> tuple:
+    def _key(self, fetches: list, options: config_pb2.RunOptions) -> tuple:
         # The options are the stage's own RunOptions objects, which live as long as the producer (each
         # callable keeps its object, so an id is never reused while cached); no serialization per run.
-        return tuple(f.name for f in fetches), id(options), fed.name if fed is not None else None
+        return tuple(f.name for f in fetches), id(options)
 
-    def prepare(self, fetches: list, options: config_pb2.RunOptions, fed: tf.Tensor | None = None):
-        """Makes (once) the callable of `fetches` (tensors and operations), fed `fed` (a shared lane's ticket)
-        on every call when given; None when runs go through run()."""
+    def prepare(self, fetches: list, options: config_pb2.RunOptions):
+        """Makes (once) the callable of `fetches` (tensors and operations); None when runs go through run()."""
         if self._base is None:
             return None
-        key = self._key(fetches, options, fed)
-        with self._lock:  # shared lanes' workers warm the same fetch lists: one builds, the others wait
+        key = self._key(fetches, options)
+        with self._lock:  # workers may warm the same fetch list: one builds, the others wait
             found = self._callables.get(key)
             building = self._building.get(key) if found is None else None
             if found is None and building is None:
@@ -77,16 +75,16 @@ class ProducerRuns:
             found = self._callables.get(key)
             return found[0] if found is not None else None
         try:
-            return self._make(key, fetches, options, fed)
+            return self._make(key, fetches, options)
         finally:
             with self._lock:
                 self._building.pop(key).set()
 
-    def _make(self, key: tuple, fetches: list, options: config_pb2.RunOptions, fed: tf.Tensor | None):
+    def _make(self, key: tuple, fetches: list, options: config_pb2.RunOptions):
         if self._base is None or session_closed(self._base):
             return None
         callable_options = config_pb2.CallableOptions(
-            feed=[fed.name] if fed is not None else [], fetch=[f.name for f in fetches if isinstance(f, tf.Tensor)],
+            fetch=[f.name for f in fetches if isinstance(f, tf.Tensor)],
             target=[f.name for f in fetches if isinstance(f, tf.Operation)], run_options=options)
         started = time.thread_time()
         try:  # outside the lock: building executors takes a while, and other runs must not wait for it
@@ -114,11 +112,10 @@ class ProducerRuns:
         rare: a run made now and then (a batch's bytes, every 16th batch) goes through run() for the same
         reason: a callable always builds new executors, per RunOptions (~0.15-0.9 s of CPU each on a
         ~2,000-op body, measured on the Wide&Deep port)."""
-        fed, value = keyed if keyed is not None else (None, None)
-        made = None if feed or rare or fed is not None else self.prepare(fetches, options, fed)
+        made = None if feed or rare or keyed is not None else self.prepare(fetches, options)
         if made is None:
-            if fed is not None:
-                feed = {**(feed or {}), fed: value}
+            if keyed is not None:
+                feed = {**(feed or {}), keyed[0]: keyed[1]}
             signature = tuple(f.name for f in fetches)
             with self._lock:  # run() builds its executors on a fetch list's first run
                 if signature not in self._run_signatures:
@@ -127,7 +124,7 @@ class ProducerRuns:
             return self.sess.run(fetches, feed_dict=feed, options=options)
         if session_closed(self._base):
             raise RuntimeError("Attempted to use a closed Session.")
-        values = iter(made() if fed is None else made(np.int64(value)))
+        values = iter(made())
         return [next(values) if isinstance(f, tf.Tensor) else None for f in fetches]
 
 

@@ -148,7 +148,7 @@ class OrderedProducer:
             for fetches, run_options in runs:
                 if self.halted():
                     return
-                self.runs.prepare(fetches, run_options, lane.ticket)
+                self.runs.prepare(fetches, run_options)
         finally:
             with self._cond:
                 self._warming -= 1
