@@ -1,0 +1,90 @@
+"""Runs tests/runtime/restore_job.py killed after a checkpoint and resumed, and counts what each record trained.
+
+    counts = kill_and_resume(tmp_path, mode="off", threads=4, capacity=40)
+    counts.lost, counts.repeated      # record ids trained 0 times / more than once across the two jobs
+
+Every wait is bounded: each job is a subprocess with a timeout, and a job that outlives it fails the test.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB_SECONDS = 240
+
+
+@dataclass(frozen=True)
+class RestoreCounts:
+    """What the kill job and the resumed job trained, counted per record id."""
+
+    records: int
+    restored_step: int       # the global step the resumed job started from
+    killed_steps: int        # steps the killed job ran (some after its last checkpoint: retrained on resume)
+    trained: dict            # id -> times trained by the kept steps
+    resumed_ended: bool
+
+    @property
+    def lost(self) -> list[int]:
+        return [i for i in range(self.records) if self.trained.get(i, 0) == 0]
+
+    @property
+    def repeated(self) -> list[int]:
+        return [i for i, n in sorted(self.trained.items()) if n > 1]
+
+    def describe(self) -> str:
+        return (f"{len(self.lost)} of {self.records} records lost, {len(self.repeated)} trained more than once "
+                f"(restored at step {self.restored_step}, the killed job ran {self.killed_steps} steps; lost "
+                f"{self.lost[:12]}...)")
+
+
+def _run(args: list[str], expect_kill: bool) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "tests.runtime.restore_job", *args]
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=JOB_SECONDS)
+    except subprocess.TimeoutExpired as error:
+        raise AssertionError(f"{' '.join(command)} ran over {JOB_SECONDS} s:\n{error.stderr}") from error
+    expected = -signal.SIGKILL if expect_kill else 0
+    if done.returncode != expected:
+        raise AssertionError(f"{' '.join(command)} exited {done.returncode}, expected {expected}:\n"
+                             f"{done.stderr[-4000:]}")
+    return done
+
+
+def kill_and_resume(directory: Path, mode: str, threads: int = 1, capacity: int = 4, records: int = 400,
+                    tf_data_stage: str = "", extra: tuple[str, ...] = ()) -> RestoreCounts:
+    """Trains until a checkpoint past step 30, runs 3 steps more, SIGKILL; resumes from the checkpoint to the end."""
+    directory.mkdir(parents=True, exist_ok=True)
+    common = ["--mode", mode, "--dir", str(directory), "--threads", str(threads), "--capacity", str(capacity),
+              "--records", str(records), *(["--tf-data-stage", tf_data_stage] if tf_data_stage else []), *extra]
+    _run([*common, "--phase", "kill"], expect_kill=True)
+    _run([*common, "--phase", "resume"], expect_kill=False)
+    return count(directory / "steps.log", records)
+
+
+def count(log: Path, records: int) -> RestoreCounts:
+    """Counts the ids of the steps a training kept: the killed job's up to the restored step, then the resumed job's."""
+    killed: list[tuple[int, list[int]]] = []
+    resumed: list[tuple[int, list[int]]] = []
+    ended = False
+    for line in log.read_text().splitlines():
+        phase, rest = line.split(" ", 1)
+        if rest == "end":
+            ended = ended or phase == "resume"
+            continue
+        step, *ids = (int(v) for v in rest.split())
+        (killed if phase == "kill" else resumed).append((step, ids))
+    restored = resumed[0][0] - 1 if resumed else max((s for s, _ in killed), default=0)
+    trained: Counter = Counter()
+    for step, ids in killed:
+        if step <= restored:
+            trained.update(ids)
+    for _, ids in resumed:
+        trained.update(ids)
+    return RestoreCounts(records=records, restored_step=restored, killed_steps=len(killed), trained=dict(trained),
+                         resumed_ended=ended)
