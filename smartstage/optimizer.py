@@ -20,7 +20,8 @@ from smartstage.config.options import SmartStageOptions, options_from_config
 from smartstage.errors import ConfigError, TargetError
 from smartstage.graph.edits import stage_defs_after
 from smartstage.graph.names import parse_tensor_name
-from smartstage.graph.load import collection_targets, load_graph, stage_defs_of, store_stage_defs
+from smartstage.graph.load import (STAGES_COLLECTION, collection_targets, load_graph, stage_defs_of,
+                                   store_stage_defs)
 from smartstage.passes.manager import PassContext, PassManager
 from smartstage.result import OptimizeResult
 
@@ -179,7 +180,10 @@ def _optimize(graph, config, targets, feeds, overrides) -> OptimizeResult:
             meta.graph_def.CopyFrom(graph_def)
         graph_def = meta.graph_def
         # The StageDefs the passes' edit logs leave (passes never edit the given protos in place).
-        store_stage_defs(meta, stage_defs_after(ctx.stage_defs, (e for r in reports for e in r.edits)))
+        stage_defs = stage_defs_after(ctx.stage_defs, (e for r in reports for e in r.edits))
+        store_stage_defs(meta, stage_defs)
+        if not stage_defs and STAGES_COLLECTION in meta.collection_def:  # every stage folded into its dataset
+            del meta.collection_def[STAGES_COLLECTION]
     elif graph_def is loaded.graph_def:  # nothing changed
         graph_def = _own(graph_def, loaded.borrowed)
     return OptimizeResult(

@@ -87,6 +87,10 @@ class SmartStageOptions:
     input_lanes_per_task: int = 1
     input_timeout_millis: int = 60000   # a prefetch run on an input task fails after this long
     tfdata_service: str | None = None   # input_mode="tfdata_service": the dispatcher, "grpc://host:port"
+    # A stage whose prefetch side reads a tf.data iterator: "fold" runs the moved work as the dataset's
+    # deterministic map + prefetch (passes/fold_dataset.py; restores exactly, no thread of ours); "lanes"
+    # keeps the stage and runs it with the prefetch threads (kept for comparison).
+    tf_data_stage: str = "fold"
 
     @property
     def enabled(self) -> bool:
@@ -119,10 +123,11 @@ _AUTO_INT_PARAMETERS = ("capacity", "num_threads", "num_clients", "timeout_milli
 _AUTO_LIST_PARAMETERS = ("closed_exception_types", "ignored_exception_types")
 _INPUT_INT_PARAMETERS = ("input_tasks", "input_lanes_per_task", "input_timeout_millis")
 _INPUT_MODES = ("central", "sharded", "tfdata_service")
+TF_DATA_STAGES = ("fold", "lanes")
 _KNOWN_PARAMETERS = ("do_smart_stage", "do_smart_stage_gpu", "stage_multi_stream", "auto_stage", "verify",
                      "auto_stage_name", "auto_stage_use_stage_subgraph_thread_pool",
                      *("auto_stage_" + k for k in _AUTO_INT_PARAMETERS + _AUTO_LIST_PARAMETERS),
-                     "input_job", "input_mode", "tfdata_service", *_INPUT_INT_PARAMETERS)
+                     "input_job", "input_mode", "tfdata_service", "tf_data_stage", *_INPUT_INT_PARAMETERS)
 
 
 def _attr_bool(key: str, value: attr_value_pb2.AttrValue) -> bool:
@@ -195,13 +200,17 @@ def options_from_config(config=None, **overrides: Any) -> SmartStageOptions:
         raise ConfigError(f"config must be a tf.compat.v1.ConfigProto, an ss.ConfigProto or None, "
                           f"not {type(config).__name__}")
     options = replace(options, **overrides) if overrides else options
+    if options.tf_data_stage not in TF_DATA_STAGES:
+        raise ConfigError(f"SmartStage parameter 'tf_data_stage' must be one of {list(TF_DATA_STAGES)}, not "
+                          f"{options.tf_data_stage!r}: 'fold' runs a tf.data stage's moved work in its dataset, "
+                          "'lanes' keeps the prefetch threads")
     return _checked_input_options(options, config)
 
 
 def _input_parameters(params: dict) -> dict[str, Any]:
     """The scale-out parameters of a custom-optimizer entry (input_job="input", input_tasks=4, ...)."""
     fields: dict[str, Any] = {k: _attr_int(k, params[k]) for k in _INPUT_INT_PARAMETERS if k in params}
-    for key in ("input_job", "input_mode", "tfdata_service"):
+    for key in ("input_job", "input_mode", "tfdata_service", "tf_data_stage"):
         if key in params:
             if params[key].WhichOneof("value") != "s":
                 raise ConfigError(f"SmartStage custom optimizer parameter {key!r} must be a string (AttrValue s), "
@@ -259,8 +268,12 @@ def _checked_service_options(options: SmartStageOptions) -> SmartStageOptions:
 
 def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = False,
                        auto_stage: AutoStageOptions | bool | None = None, input_job: str | None = None,
-                       input_tasks: int = 0, input_mode: str = "central", tfdata_service: str | None = None):
+                       input_tasks: int = 0, input_mode: str = "central", tfdata_service: str | None = None,
+                       tf_data_stage: str | None = None):
     """Turns SmartStage on in `config` (created if None) and returns it.
+
+    tf_data_stage: "fold" (the default when None) or "lanes", for stages that read a tf.data iterator
+    (parameter_map key `tf_data_stage`; no DeepRec spelling).
 
     before:  ConfigProto()                      -> optimize() returns the graph unchanged
     after:   enable_smart_stage(ConfigProto())  -> optimize() expands every stage
@@ -270,8 +283,8 @@ def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = F
     if auto_stage is True:
         auto_stage = AutoStageOptions()
     if is_deeprec_config(config):
-        if input_job or tfdata_service:
-            which = "input_job" if input_job else "tfdata_service"
+        if input_job or tfdata_service or tf_data_stage:
+            which = "input_job" if input_job else "tfdata_service" if tfdata_service else "tf_data_stage"
             raise ConfigError(f"{which} has no DeepRec spelling: use a stock tf.compat.v1.ConfigProto "
                               f"(custom_optimizers) or optimize(..., {which}=...)")
         oo = config.graph_options.optimizer_options
@@ -300,6 +313,11 @@ def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = F
         params["input_mode"].s = input_mode.encode()
         if tfdata_service:
             params["tfdata_service"].s = tfdata_service.encode()
+    if tf_data_stage is not None:
+        if tf_data_stage not in TF_DATA_STAGES:
+            raise ConfigError(f"enable_smart_stage(tf_data_stage={tf_data_stage!r}): 'tf_data_stage' must be one of "
+                              f"{list(TF_DATA_STAGES)}")
+        params["tf_data_stage"].s = tf_data_stage.encode()
     if gpu:
         params["do_smart_stage_gpu"].b = True
     if multi_stream:

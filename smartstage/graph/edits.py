@@ -21,6 +21,7 @@ mutated once logged):
     MoveToEnd(node)                      an existing node goes to the end (keeps a GraphDef topologically sorted)
     AddFunction(function)                a FunctionDef for the graph's library
     SetStageDef(stage_def)               the stage's StageDef as it is now (by name; new names add a stage)
+    RemoveStageDef(name)                 the stage is gone (its buffer folded away): no StageDef, no threads
 
 Worked example, one edit of each common kind on  a -> b ; c :
 
@@ -97,7 +98,12 @@ class SetStageDef:
     stage_def: StageDef
 
 
-Edit = Union[AddNode, SetInputs, SetAttr, SetDevice, RemoveNode, MoveToEnd, AddFunction, SetStageDef]
+@dataclass(frozen=True)
+class RemoveStageDef:
+    name: str
+
+
+Edit = Union[AddNode, SetInputs, SetAttr, SetDevice, RemoveNode, MoveToEnd, AddFunction, SetStageDef, RemoveStageDef]
 NODE_EDITS = (SetInputs, SetAttr, SetDevice, RemoveNode, MoveToEnd)
 
 
@@ -115,6 +121,26 @@ def dedupe_controls(inputs: Iterable[str], *, drop_read: bool = False) -> list[s
         read = {input_source(s) for s in data}
         control = [s for s in control if s[1:] not in read]
     return data + control
+
+
+def drop_colocation(log: "EditLog", names: Iterable[str], gone: set[str]) -> None:
+    """Records, for each of `names` that stays, the removal of its colocation tags ("loc:@x" in `_class`)
+    naming a node in `gone`: a node cut apart from the node it was colocated with would otherwise make
+    import_graph_def fail ("expects to be colocated with unknown node").
+
+        before:  Shape {_class: ["loc:@w/read"]}, gone = {"w/read"}
+        after:   Shape (no _class)
+    """
+    for name in names:
+        if name in gone:
+            continue
+        tags = log.attr_of(name, "_class")
+        if tags is None:
+            continue
+        kept = [c for c in tags.list.s if not (c.startswith(b"loc:@") and c[5:].decode() in gone)]
+        if len(kept) != len(tags.list.s):
+            log.set_attr(name, "_class", attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(s=kept))
+                         if kept else None)
 
 
 class EditLog:
@@ -178,6 +204,9 @@ class EditLog:
         copy = StageDef()
         copy.CopyFrom(stage_def)
         self._record(SetStageDef(copy))
+
+    def remove_stage_def(self, name: str) -> None:
+        self._record(RemoveStageDef(name))
 
     # -- the graph as planned so far ----------------------------------------------------------
     def _node(self, name: str) -> node_def_pb2.NodeDef | None:
@@ -382,14 +411,17 @@ def _reordered(work: graph_pb2.GraphDef, added: dict, before: dict, after: dict,
 
 
 def stage_defs_after(stage_defs: Sequence[StageDef], edits: Iterable[Edit]) -> list[StageDef]:
-    """`stage_defs` with the log's SetStageDef edits applied: same name replaced, a new name appended.
+    """`stage_defs` with the log's SetStageDef edits applied: same name replaced, a new name appended;
+    RemoveStageDef drops the stage of that name.
 
         before:  [StageDef(name="s", num_threads=1)]    edits: [SetStageDef(StageDef(name="s", num_threads=2))]
         after:   [StageDef(name="s", num_threads=2)]
     """
     result = list(stage_defs)
     for edit in edits:
-        if isinstance(edit, SetStageDef):
+        if isinstance(edit, RemoveStageDef):
+            result = [d for d in result if d.name != edit.name]
+        elif isinstance(edit, SetStageDef):
             names = [d.name for d in result]
             if edit.stage_def.name in names:
                 result[names.index(edit.stage_def.name)] = edit.stage_def
@@ -409,6 +441,6 @@ def touched_nodes(edits: Iterable[Edit]) -> set[str]:
     return names
 
 
-__all__ = ["AddFunction", "AddNode", "Edit", "EditLog", "MoveToEnd", "RemoveNode", "SetAttr", "SetDevice",
+__all__ = ["AddFunction", "AddNode", "drop_colocation", "Edit", "EditLog", "MoveToEnd", "RemoveNode", "SetAttr", "SetDevice",
            "SetInputs", "SetStageDef", "apply_to_graph_def", "dedupe_controls", "stage_defs_after",
            "touched_nodes"]

@@ -1,6 +1,11 @@
 """The SmartStage passes, one per module, and the order the flags put them in.
 
-    find_stages -> [auto_stage] -> partition -> expand_stage -> [gpu_placement] -> [multi_stream] -> [input_tasks | tfdata_service]
+    find_stages -> [auto_stage] -> partition -> expand_stage -> [fold_dataset] -> [gpu_placement] -> [multi_stream]
+        -> [input_tasks | tfdata_service]
+
+fold_dataset runs when options.tf_data_stage == "fold" (the default) and the input stays in this process
+(no input_job, no tf.data service): a stage reading a tf.data iterator becomes the dataset's map and
+prefetch; the stages it cannot fold keep their buffer for the passes after it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ def passes_for(options) -> list:
 
         passes.append(AutoStage())
     passes += [Partition(), ExpandStage()]
+    if options.tf_data_stage == "fold" and options.input_mode != "tfdata_service" and not options.input_job:
+        from smartstage.passes.fold_dataset import FoldDataset
+
+        passes.append(FoldDataset())
     if options.do_smart_stage_gpu:
         from smartstage.passes.gpu.placement import GpuPlacement
 

@@ -17,12 +17,12 @@ What the service promises is weaker than the other modes: records arrive in no f
 are formed on each worker (not the unoptimized graph's batches), each record at most once (a worker that
 dies loses what it was processing). docs/scale-out.md ("Through tf.data service") says it all; opt-in.
 
-Why the new nodes are built with TensorFlow's Python API in a scratch tf.Graph (a placeholder stands for
-the dataset variant, `from_variant(...).map(...).apply(distribute(...))`) and then copied in, rather
-than written as NodeDefs: `distribute()` builds a version-specific chain (a compression map,
-`RegisterDatasetV2` with a serialized metadata attr, `DataServiceDatasetV4` with an uncompress function
-and nine inputs), and the map function needs the body's output shapes and its FunctionDef; TensorFlow's
-own builders get all of that right for the installed version. Only new nodes and functions are added
+The new nodes are built with TensorFlow's Python API in a scratch tf.Graph (passes/dataset_map.py, shared
+with fold_dataset: a placeholder stands for the dataset variant, `from_variant(...).map(...)`, here then
+`.apply(distribute(...))`) and copied in, rather than written as NodeDefs: `distribute()` builds a
+version-specific chain (a compression map, `RegisterDatasetV2` with a serialized metadata attr,
+`DataServiceDatasetV4` with an uncompress function and nine inputs); TensorFlow's own builders get all of
+that right for the installed version. Only new nodes and functions are added
 (function names made deterministic); every original node keeps its name; the old read and the body are
 removed, but for constants (nodes not computed from the batch) that other nodes read too: those stay.
 """
@@ -30,18 +30,16 @@ removed, but for constants (nodes not computed from the batch) that other nodes 
 from __future__ import annotations
 
 import logging
-import re
-import warnings
 from dataclasses import dataclass
 
-from tensorflow.core.framework import function_pb2, graph_pb2, node_def_pb2, types_pb2
+from tensorflow.core.framework import function_pb2, graph_pb2, types_pb2
 
 from smartstage.graph.edits import EditLog, apply_to_graph_def
-from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.op_types import (FEED_OPS, HANDLE_OPS, ITERATOR_READS, QUEUE_READS, READER_READS, TABLE_READ_OPS,
                                        is_ref_dtype, is_stateful_op)
 from smartstage.graph.stages import FIFO, StageBoundary
 from smartstage.graph.view import GraphView
+from smartstage.passes.dataset_map import DatasetBody, ScratchDataset, copy_scratch, scratch_dataset_graph
 from smartstage.passes.gpu.prefetch_sides import prefetch_sides
 from smartstage.passes.manager import PassContext, PassResult
 
@@ -50,7 +48,6 @@ logger = logging.getLogger(__name__)
 SCOPE = "tfdata_service"          # <stage>/tfdata_service/<node>: the nodes this pass adds
 PROCESSING_MODE = "dynamic"       # tf.data.experimental.service.ShardingPolicy.DYNAMIC
 _PY_FUNC_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
-_SOURCE = "smartstage_tfdata_service_source"  # the scratch graph's stand-in for the dataset variant
 _UNMOVABLE_DTYPES = {types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT}
 
 
@@ -192,31 +189,14 @@ def _fold(log: EditLog, view: GraphView, fit: ServiceFit, address: str,
     """Records the service chain and its iterator for `fit`, the put and the initializer rewired, the body
     dropped. `library`: the functions the graph has, with those added so far (updated here)."""
     scratch = _service_graph(view, fit, address, f"{fit.stage}/{SCOPE}/")
-    renamed = _function_names(scratch, library, fit.stage)
-    functions = {f.signature.name: f for f in scratch.library.function}
-    for name in renamed:  # in the order of their new names: the library's own order varies
-        copy = function_pb2.FunctionDef()
-        copy.CopyFrom(functions[name])
-        copy.signature.name = renamed[name]
-        for node in copy.node_def:
-            _rename_functions(node.attr, renamed)
-        log.add_function(copy)
-        library[copy.signature.name] = copy
     dropped = set(fit.body) - set(fit.kept) | {fit.read}
     for name in view.names():
         if name in dropped:
             log.remove_node(name)
-    device = view.node(fit.read).device  # the old read's: the new iterator and its chain run where it ran
-    for node in scratch.node:
-        if node.name != _SOURCE:
-            copy = node_def_pb2.NodeDef()
-            copy.CopyFrom(node)
-            copy.device = device
-            copy.input[:] = [fit.dataset if raw == _SOURCE else raw for raw in node.input]
-            _rename_functions(copy.attr, renamed)
-            log.add_node(copy)
-    maker = next(n.name for n in scratch.node if n.op == "MakeIterator")
-    read = next(n.name for n in scratch.node if n.op in ITERATOR_READS)
+    # The old read's device: the new iterator and its chain run where it ran.
+    copy_scratch(log, scratch, library, f"{fit.stage}_{SCOPE}", view.node(fit.read).device)
+    maker = next(n.name for n in scratch.graph_def.node if n.op == "MakeIterator")
+    read = next(n.name for n in scratch.graph_def.node if n.op in ITERATOR_READS)
     log.set_inputs(fit.maker, [*log.inputs_of(fit.maker), f"^{maker}"])
     put = list(log.inputs_of(fit.put))
     data = [k for k, raw in enumerate(put) if not raw.startswith("^")][1:]  # after the queue handle
@@ -225,8 +205,8 @@ def _fold(log: EditLog, view: GraphView, fit: ServiceFit, address: str,
     log.set_inputs(fit.put, put)
 
 
-def _service_graph(view: GraphView, fit: ServiceFit, address: str, scope: str) -> graph_pb2.GraphDef:
-    """A scratch graph: a variant placeholder (_SOURCE, the dataset) -> map(body) -> distribute -> iterator.
+def _service_graph(view: GraphView, fit: ServiceFit, address: str, scope: str) -> ScratchDataset:
+    """A scratch graph (passes/dataset_map.py): the dataset -> map(body) -> distribute -> iterator.
 
         before:  body {sqrt(IteratorGetNext:0)}, outputs ("sqrt:0", "IteratorGetNext:1")
         after:   <scope>MapDataset (f: import of the body), RegisterDatasetV2, DataServiceDatasetV4,
@@ -234,80 +214,15 @@ def _service_graph(view: GraphView, fit: ServiceFit, address: str, scope: str) -
     """
     import tensorflow as tf  # the Python API only here: the analysis above reads protos
 
-    read = view.node(fit.read)
-    specs = tuple(tf.TensorSpec(tf.TensorShape(shape), tf.dtypes.as_dtype(dtype)) for dtype, shape in
-                  zip(read.attr["output_types"].list.type, read.attr["output_shapes"].list.shape))
-    body = graph_pb2.GraphDef()
-    body.library.CopyFrom(view.graph_def.library)
-    body.versions.CopyFrom(view.graph_def.versions)
-    for name in fit.body:
-        node = body.node.add()
-        node.CopyFrom(view.node(name))
-        node.device = ""  # a service worker places it
-    used = {_canonical(raw) for name in fit.body for raw in view.raw_inputs(name)
-            if parse_tensor_name(raw).node == fit.read}
-    wanted = sorted({_canonical(t) for t in fit.outputs if parse_tensor_name(t).node != fit.read})
+    def distributed(dataset):
+        dataset = dataset.apply(tf.data.experimental.service.distribute(
+            processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC, service=address))
+        iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
+        iterator.get_next()
+        return dataset
 
-    def computed_body(*components):
-        produced = {}
-        if wanted:
-            mapped = {t: components[parse_tensor_name(t).port] for t in used}
-            results = tf.graph_util.import_graph_def(body, input_map=mapped, return_elements=wanted, name="body")
-            produced = dict(zip(wanted, results))
-        return tuple(components[parse_tensor_name(t).port] if parse_tensor_name(t).node == fit.read
-                     else produced[_canonical(t)] for t in fit.outputs)
-
-    graph = tf.Graph()
-    with graph.as_default(), warnings.catch_warnings():
-        # distribute() reads dataset.options(), which warns in graph mode that options live in the graph now
-        warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
-        source = tf.compat.v1.placeholder(tf.variant, [], name=_SOURCE)
-        with tf.name_scope(scope):
-            dataset = tf.data.experimental.from_variant(source, specs)
-            if fit.body:
-                dataset = dataset.map(computed_body)
-            dataset = dataset.apply(tf.data.experimental.service.distribute(
-                processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC, service=address))
-            iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
-            iterator.get_next()
-    return graph.as_graph_def()
-
-
-def _canonical(tensor: str) -> str:
-    t = parse_tensor_name(tensor)
-    return f"{t.node}:{t.port}"
-
-
-def _function_names(scratch: graph_pb2.GraphDef, known: dict[str, function_pb2.FunctionDef],
-                    stage: str) -> dict[str, str]:
-    """New names for the scratch graph's functions, in the order the nodes reach them, so that optimizing
-    the same graph twice gives the same names (TensorFlow numbers them per process). A function the
-    graph already has, unchanged (one the body calls), is not copied."""
-    functions = {f.signature.name: f for f in scratch.library.function}
-    order: list[str] = []
-
-    def reach(attrs) -> None:
-        for value in attrs.values():
-            for func in ([value.func] if value.HasField("func") else list(value.list.func)):
-                if func.name in functions and func.name not in order:
-                    order.append(func.name)
-                    for node in functions[func.name].node_def:
-                        reach(node.attr)
-                    reach(func.attr)
-
-    for node in scratch.node:
-        reach(node.attr)
-    order += sorted(set(functions) - set(order))
-    prefix = re.sub(r"[^A-Za-z0-9_]", "_", stage)
-    new = [n for n in order if n not in known or known[n] != functions[n]]
-    return {name: f"{prefix}_{SCOPE}_fn_{k}" for k, name in enumerate(new)}
-
-
-def _rename_functions(attrs, renamed: dict[str, str]) -> None:
-    for value in attrs.values():
-        for func in ([value.func] if value.HasField("func") else list(value.list.func)):
-            func.name = renamed.get(func.name, func.name)
-            _rename_functions(func.attr, renamed)
+    return scratch_dataset_graph(view, DatasetBody(fit.read, fit.body, fit.outputs), scope, distributed,
+                                 source_tensor=fit.dataset)
 
 
 __all__ = ["TfDataService", "ServiceFit", "service_fit", "SCOPE", "PROCESSING_MODE"]

@@ -1,0 +1,219 @@
+"""A stage's prefetch body as a tf.data `map`: built with TensorFlow's Python API, copied into the graph.
+
+    before:  it -> IteratorGetNext -> sqrt -> lookup(table) -> put          (the body: sqrt, lookup)
+    after:   scratch graph: source(variant) -> from_variant -> map(f: sqrt, lookup(captured table)) -> <finish>
+             copy_scratch(...) adds its nodes and functions to the edit log: source -> the real dataset,
+             the captured placeholder -> the real table handle
+
+Two passes put a body into a dataset this way: tfdata_service (the map then goes to tf.data service) and
+fold_dataset (the map then feeds a prefetch, and the user's iterator reads it). Why a scratch graph and
+not hand-written NodeDefs: a `MapDataset`'s function needs the body's FunctionDef, its output shapes and
+the captured inputs wired as `other_arguments`; TensorFlow's own builders get all of that right for the
+installed version. Only new nodes and functions are added, with deterministic names (TensorFlow numbers
+scratch functions per process): optimizing the same graph twice gives the same graph.
+
+Captured tensors: a body node that reads a handle made outside the body (a read-only table) reads it
+inside the map through a capture; in the scratch graph a placeholder of the handle's dtype stands for
+it, and copy_scratch wires the real handle in its place.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tensorflow.core.framework import function_pb2, graph_pb2, node_def_pb2
+
+from smartstage.graph.edits import EditLog
+from smartstage.graph.names import parse_tensor_name
+from smartstage.graph.view import GraphView
+
+SOURCE = "smartstage_dataset_source"     # the scratch graph's stand-in for the dataset variant
+CAPTURE = "smartstage_dataset_capture"   # ... for a captured handle: <CAPTURE>_<k>
+
+
+@dataclass(frozen=True)
+class DatasetBody:
+    """What runs inside the map: the read it replaces, the body nodes, what the map returns.
+
+    read: the IteratorGetNext whose components the map receives; body: nodes copied into the map
+    function (graph order); outputs: tensors the map returns, in order (a read output passes through);
+    captures: tensors made outside the body that the body reads by reference (table handles).
+    """
+
+    read: str
+    body: tuple[str, ...]
+    outputs: tuple[str, ...]
+    captures: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScratchDataset:
+    """The scratch graph and what copy_scratch needs to know of it."""
+
+    graph_def: graph_pb2.GraphDef
+    dataset: str                         # the last dataset tensor of the chain (scratch names)
+    output_types: tuple[int, ...]        # the map's (and the chain's) element dtypes
+    output_shapes: tuple[Any, ...]       # TensorShapeProto per element
+    placeholders: dict[str, str] = field(default_factory=dict)  # scratch placeholder -> real tensor
+
+
+def canonical(tensor: str) -> str:
+    t = parse_tensor_name(tensor)
+    return f"{t.node}:{t.port}"
+
+
+def scratch_dataset_graph(view: GraphView, body: DatasetBody, scope: str,
+                          finish: Callable[[Any], Any] = lambda ds: ds, *,
+                          num_parallel_calls: int | None = None, deterministic: bool | None = None,
+                          source_tensor: str = "") -> ScratchDataset:
+    """A scratch graph: a variant placeholder (SOURCE) -> map(body) -> finish(dataset).
+
+        before:  body {sqrt(IteratorGetNext:0)}, outputs ("sqrt:0", "IteratorGetNext:1")
+        after:   <scope>MapDataset (f: an import of the body), then what `finish` builds on it
+
+    `finish(dataset)` runs in the scratch graph under `scope` and returns the dataset (or any graph
+    element) the chain ends in. source_tensor: the real tensor SOURCE stands for (recorded in placeholders).
+    """
+    import tensorflow as tf  # the Python API only here: the analysis reads protos
+
+    read = view.node(body.read)
+    specs = tuple(tf.TensorSpec(tf.TensorShape(shape), tf.dtypes.as_dtype(dtype)) for dtype, shape in
+                  zip(read.attr["output_types"].list.type, read.attr["output_shapes"].list.shape))
+    nodes = graph_pb2.GraphDef()
+    nodes.library.CopyFrom(view.graph_def.library)
+    nodes.versions.CopyFrom(view.graph_def.versions)
+    for name in body.body:
+        node = nodes.node.add()
+        node.CopyFrom(view.node(name))
+        node.device = ""  # the dataset's runtime places it
+        node.attr.pop("_class", None)  # colocation with nodes outside the function means nothing inside it
+    used = {canonical(raw) for name in body.body for raw in view.raw_inputs(name)
+            if parse_tensor_name(raw).node == body.read}
+    wanted = sorted({canonical(t) for t in body.outputs if parse_tensor_name(t).node != body.read})
+    placeholders = {SOURCE: source_tensor} if source_tensor else {}
+
+    graph = tf.Graph()
+    with graph.as_default(), warnings.catch_warnings():
+        # distribute() reads dataset.options(), which warns in graph mode that options live in the graph now
+        warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
+        source = tf.compat.v1.placeholder(tf.variant, [], name=SOURCE)
+        captured = {}
+        for k, tensor in enumerate(body.captures):
+            dtype = view.dtype_of(parse_tensor_name(tensor))
+            name = f"{CAPTURE}_{k}"
+            captured[canonical(tensor)] = tf.compat.v1.placeholder(tf.dtypes.as_dtype(dtype), name=name)
+            placeholders[name] = canonical(tensor)
+
+        def computed_body(*components):
+            produced = {}
+            if wanted:
+                mapped = {t: components[parse_tensor_name(t).port] for t in used}
+                inner = tf.compat.v1.get_default_graph()  # the map's FuncGraph: import reads its own tensors
+                mapped.update({t: inner.capture(outer) for t, outer in captured.items()})
+                results = tf.graph_util.import_graph_def(nodes, input_map=mapped, return_elements=wanted, name="body")
+                produced = dict(zip(wanted, results))
+            return tuple(components[parse_tensor_name(t).port] if parse_tensor_name(t).node == body.read
+                         else produced[canonical(t)] for t in body.outputs)
+
+        with tf.name_scope(scope):
+            dataset = tf.data.experimental.from_variant(source, specs)
+            if body.body:
+                dataset = dataset.map(computed_body, num_parallel_calls=num_parallel_calls,
+                                      deterministic=deterministic)
+            spec = dataset.element_spec
+            end = finish(dataset)
+    variant = getattr(end, "_variant_tensor", None)
+    flat = spec if isinstance(spec, tuple) else (spec,)
+    return ScratchDataset(graph.as_graph_def(), variant.name if variant is not None else "",
+                          tuple(s.dtype.as_datatype_enum for s in flat), tuple(s.shape.as_proto() for s in flat),
+                          placeholders)
+
+
+def function_names(scratch: graph_pb2.GraphDef, known: dict[str, function_pb2.FunctionDef],
+                   prefix: str) -> dict[str, str]:
+    """New names for the scratch graph's functions, in the order the nodes reach them, so that optimizing
+    the same graph twice gives the same names (TensorFlow numbers them per process). A function the
+    graph already has, unchanged (one the body calls), is not copied.
+
+        before:  __inference_Dataset_map_computed_body_42, reached first from <scope>MapDataset
+        after:   {"__inference_Dataset_map_computed_body_42": "<prefix>_fn_0"}
+    """
+    functions = {f.signature.name: f for f in scratch.library.function}
+    order: list[str] = []
+
+    def reach(attrs) -> None:
+        for value in attrs.values():
+            for func in ([value.func] if value.HasField("func") else list(value.list.func)):
+                if func.name in functions and func.name not in order:
+                    order.append(func.name)
+                    for node in functions[func.name].node_def:
+                        reach(node.attr)
+                    reach(func.attr)
+
+    for node in scratch.node:
+        reach(node.attr)
+    order += sorted(set(functions) - set(order))
+    prefix = re.sub(r"[^A-Za-z0-9_]", "_", prefix)
+    new = [n for n in order if n not in known or known[n] != functions[n]]
+    return {name: f"{prefix}_fn_{k}" for k, name in enumerate(new)}
+
+
+def rename_functions(attrs, renamed: dict[str, str]) -> None:
+    for value in attrs.values():
+        for func in ([value.func] if value.HasField("func") else list(value.list.func)):
+            func.name = renamed.get(func.name, func.name)
+            rename_functions(func.attr, renamed)
+
+
+def copy_scratch(log: EditLog, scratch: ScratchDataset, library: dict[str, function_pb2.FunctionDef],
+                 prefix: str, device: str, *, skip: frozenset[str] = frozenset(),
+                 node_name: Callable[[str], str] = lambda name: name) -> dict[str, str]:
+    """Records in `log` the scratch graph's functions and nodes (but its placeholders and `skip`).
+
+    Each placeholder's readers read the real tensor it stands for; every node gets `device` and the
+    name node_name(scratch name). `library`: the functions the graph has, with those added so far
+    (updated here). Returns scratch node name -> the name it got.
+
+        before:  scratch {SOURCE, s/MapDataset(SOURCE, CAPTURE_0)}, placeholders {SOURCE: "batch", CAPTURE_0: "t"}
+        after:   log adds s/MapDataset(batch, t:0) and its function, renamed <prefix>_fn_0
+    """
+    renamed = function_names(scratch.graph_def, library, prefix)
+    functions = {f.signature.name: f for f in scratch.graph_def.library.function}
+    for name in renamed:  # in the order of their new names: the library's own order varies
+        copy = function_pb2.FunctionDef()
+        copy.CopyFrom(functions[name])
+        copy.signature.name = renamed[name]
+        for node in copy.node_def:
+            rename_functions(node.attr, renamed)
+        log.add_function(copy)
+        library[copy.signature.name] = copy
+    stand_ins = set(scratch.placeholders) | {SOURCE}
+    names = {n.name: node_name(n.name) for n in scratch.graph_def.node
+             if n.name not in stand_ins and n.name not in skip}
+    for node in scratch.graph_def.node:
+        if node.name not in names:
+            continue
+        copy = node_def_pb2.NodeDef()
+        copy.CopyFrom(node)
+        copy.name = names[node.name]
+        copy.device = device
+        inputs = []
+        for raw in node.input:
+            t = parse_tensor_name(raw)
+            if t.node in scratch.placeholders:
+                inputs.append(scratch.placeholders[t.node])
+            elif t.node in names:
+                inputs.append(raw.replace(t.node, names[t.node], 1))
+            else:
+                inputs.append(raw)
+        copy.input[:] = inputs
+        rename_functions(copy.attr, renamed)
+        log.add_node(copy)
+    return names
+
+
+__all__ = ["CAPTURE", "DatasetBody", "SOURCE", "ScratchDataset", "canonical", "copy_scratch", "function_names",
+           "rename_functions", "scratch_dataset_graph"]
