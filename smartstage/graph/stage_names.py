@@ -29,6 +29,11 @@ HEAD_TARGETS = "head_targets"         # <scope>/head_targets: the put's control 
 PUT_OCCUPANCY = "put_occupancy"       # <scope>/put_occupancy: the buffer's size right after the put
 BATCH_BYTES = "batch_bytes"           # <scope>/batch_bytes, <scope>/lane_<i>/batch_bytes: a batch's bytes
 
+# A stage folded into its iterator's dataset (passes/fold_dataset.py): `<stage>/dataset_fold/IteratorGetNext` is
+# the read the step takes its batch from (`dataset_fold_<k>/` for the k-th dataset of the same iterator).
+DATASET_FOLD_SCOPE = "dataset_fold"
+FOLDED_READ = "IteratorGetNext"
+
 # The ops inside `lane_<i>/` (runtime/lanes/lanes.py builds them; the hand-off ones: runtime/lanes/handoff.py).
 LANE_ENQUEUE = "enqueue"              # the body's run fills the lane's queue
 LANE_MOVE = "move"                    # the merger's dequeue -> enqueue into the stage buffer
@@ -56,6 +61,16 @@ def input_task_scope(stage: str, task: int | str) -> str:
         after:   "stage/input_task_1/"
     """
     return f"{stage}/{INPUT_TASK_SCOPE.format(task)}/"
+
+
+def folded_stage_of(read: str) -> str | None:
+    """The stage whose fold added the iterator read `read` (None: not a folded stage's read).
+
+        before:  "stage/dataset_fold/IteratorGetNext"
+        after:   "stage"
+    """
+    stage, _, tail = read.rpartition(f"/{DATASET_FOLD_SCOPE}/")
+    return stage if stage and tail == FOLDED_READ else None
 
 
 def lane_scope(index: int) -> str:
@@ -117,7 +132,8 @@ class LaneNames:
         return self._op(BATCH_BYTES) + ":0"
 
 
-__all__ = ["ATTR_CUT", "ATTR_LANES", "ATTR_MODE", "ATTR_TASKS", "ATTR_TIMEOUT", "BATCH_BYTES", "HEAD_TARGETS",
+__all__ = ["ATTR_CUT", "ATTR_LANES", "ATTR_MODE", "ATTR_TASKS", "ATTR_TIMEOUT", "BATCH_BYTES", "DATASET_FOLD_SCOPE",
+           "FOLDED_READ", "HEAD_TARGETS", "folded_stage_of",
            "INPUT_TASKS_MARKER", "INPUT_TASK_SCOPE", "LANE_DISCARD", "LANE_ENQUEUE", "LANE_HAND_IN",
            "LANE_INPUT_DISCARD", "LANE_INPUT_SIZE", "LANE_MOVE", "LANE_OCCUPANCY", "LANE_SCOPES", "LANE_SIZE",
            "LANES_SCOPE", "LaneNames", "PUT_OCCUPANCY", "REMOTE_LANES_SCOPE", "input_task_scope",

@@ -101,3 +101,51 @@ def test_a_report_without_prefetch_threads_says_unknown(graph):
     with pytest.raises(ValueError, match="every_n_steps=0"):
         ss.make_pipeline_hook(every_n_steps=0)
     del y
+
+
+def _folded_input(n: int, element_seconds: float, parallelism: int, buffer_size: int) -> tf.Tensor:
+    """What passes/fold_dataset.py leaves: the stage's body in the dataset's map, then prefetch, and the step
+    reading `stage/dataset_fold/IteratorGetNext` (no buffer, no StageDef, no prefetch thread).
+
+        range -> map(sleep, parallel, deterministic) -> prefetch ==iterator==> stage/dataset_fold/IteratorGetNext
+    """
+    def slow(x):
+        return tf.numpy_function(lambda v: (time.sleep(element_seconds), v)[1], [x], tf.int64, stateful=False)
+
+    with tf.compat.v1.name_scope("stage/dataset_fold/"):
+        dataset = tf.data.Dataset.range(n).map(slow, num_parallel_calls=parallelism, deterministic=True)
+        iterator = tf.compat.v1.data.make_one_shot_iterator(dataset.prefetch(buffer_size))
+        return iterator.get_next()
+
+
+class _RunCounter:
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        run = tf.compat.v1.Session.run
+
+        def counted(session, *args, **kwargs):
+            self.calls += 1
+            return run(session, *args, **kwargs)
+
+        monkeypatch.setattr(tf.compat.v1.Session, "run", counted)
+
+
+@pytest.mark.parametrize("input_seconds, step_seconds, verdict", [(SLEEP, 0.0, "input-bound"),
+                                                                  (0.0, SLEEP, "training-bound")])
+def test_a_folded_stage_gets_a_verdict_from_the_step_trace_alone(graph, monkeypatch, input_seconds, step_seconds,
+                                                                   verdict):
+    y = _folded_input(10**6, input_seconds, parallelism=1, buffer_size=3)
+    step = tf.numpy_function(lambda v: (time.sleep(step_seconds), v)[1], [y], tf.int64, stateful=True)
+    hook = ss.make_pipeline_hook(every_n_steps=20, log=False, sample_every_n_steps=2)
+    with tf.compat.v1.Session(graph=graph) as sess:
+        for _ in range(3):
+            sess.run(step, options=bounded())  # tf.data builds its iterator on the first run
+        counter = _RunCounter(monkeypatch)
+        got = [int(hook.run(sess, step, options=bounded())) for _ in range(40)]
+    assert got == list(range(3, 43))
+    assert counter.calls == 40  # one run a step, sampled steps included: the trace rides on the step's own run
+    report = hook.reports["stage"]
+    assert report.folded and report.verdict == verdict, report.line
+    assert (report.lanes, report.capacity, report.occupancy) == (1, 3, None)
+    assert "folded into the dataset: map parallelism=1 prefetch=3" in report.line
+    assert report.line.startswith(f"stage 'stage' @ step 40: {verdict}: the step waits")

@@ -16,6 +16,12 @@ What is measured, per report window of `every_n_steps` steps:
   pool, order and what AUTOTUNE chose: the prefetch threads' own stats (PrefetchThreads.stats()),
   found through the graph (runner.latest_prefetch_threads), so any way of starting them works.
 
+A stage folded into its iterator's dataset (passes/fold_dataset.py: no buffer, no thread of ours) is
+watched through the same trace and nothing else: its consumer wait is the wait of the step's own read of
+the iterator (`<stage>/dataset_fold/IteratorGetNext`), tf.data's prefetch buffer empty; the map's
+parallelism and the prefetch buffer come from the dataset's ops in the graph. No run is added: the
+sampled step carries the trace, and no buffer size is read (occupancy unknown).
+
 The verdict (thresholds below): input-bound when the step waits for input at least
 INPUT_BOUND_WAIT of its time; training-bound when it waits at most TRAINING_BOUND_WAIT and the
 buffer holds at least FULL_OCCUPANCY of its capacity before a step; balanced otherwise.
@@ -29,6 +35,7 @@ from dataclasses import dataclass, replace
 
 import tensorflow as tf
 
+from smartstage.graph.stage_names import DATASET_FOLD_SCOPE, folded_stage_of
 from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.stage.settings import AUTOTUNE, StageSettings
 from smartstage.runtime.tuning.autotune import PipelineStats
@@ -74,10 +81,15 @@ class PipelineReport:
     verdict: str
     line: str
     stats: PipelineStats | None = None
+    folded: bool = False  # folded into its dataset: lanes = the map's parallelism, capacity = the prefetch buffer
 
     @property
     def settings(self) -> str:
         """The settings in force, in words (as the log line shows them)."""
+        if self.folded:
+            def setting(value: int) -> str:
+                return "AUTOTUNE" if value < 0 else str(value)
+            return f"folded into the dataset: map parallelism={setting(self.lanes)} prefetch={setting(self.capacity)}"
         tuned = f"AUTOTUNE {'+'.join(self.autotuned)}" if self.autotuned else "explicit"
         return (f"lanes={self.lanes} capacity={self.capacity} pool={'own' if self.own_pool else 'shared'} "
                 f"{'ordered' if self.ordered else 'unordered'} {tuned} "
@@ -98,7 +110,14 @@ def classify(wait_fraction: float | None, occupancy_fraction: float | None) -> s
 def _verdict_line(r: PipelineReport) -> str:
     wait = "?" if r.consumer_wait_ms is None else f"{r.consumer_wait_ms:.1f}"
     fill = "?" if r.occupancy is None else f"{r.occupancy:.1f}"
-    if r.verdict == "input-bound":
+    if r.verdict == "input-bound" and r.folded:
+        what = (f"input-bound: the step waits {wait} ms for the dataset per step ({r.step_ms:.1f} ms a step); the "
+                f"limit is the dataset's map at {r.steps_per_second:.1f} batches/s: raise num_threads (the map's "
+                "parallelism) or CPU, or move work to input tasks")
+    elif r.verdict == "training-bound" and r.folded:
+        what = (f"training-bound: the step waits {wait} ms of {r.step_ms:.1f} ms for the dataset; the limit is the "
+                f"step at {r.steps_per_second:.1f} steps/s; more prefetch will not help")
+    elif r.verdict == "input-bound":
         what = (f"input-bound: the step waits {wait} ms for input per step ({r.step_ms:.1f} ms a step); the limit is "
                 f"the prefetch side at {r.steps_per_second:.1f} batches/s ({r.producer_ms:.1f} ms of prefetch work a "
                 f"batch on {r.lanes} lane(s)): add lanes/CPU or move work to input tasks")
@@ -210,6 +229,7 @@ class PipelineHook(tf.compat.v1.train.SessionRunHook):
 
     def _sample_waits(self, graph: tf.Graph, metadata) -> None:
         takes = {d.take_node: d.name for d in stage_defs(graph)}
+        takes.update({read: stage for stage, read in folded_reads(graph).items()})
         for device in metadata.step_stats.dev_stats:
             for node in device.node_stats:
                 stage = takes.get(node.node_name)
@@ -229,9 +249,11 @@ class PipelineHook(tf.compat.v1.train.SessionRunHook):
         step_seconds = w.step_seconds / max(w.steps, 1)
         made = []
         for stage_def in stage_defs(graph):
-            report = self._report_of(stage_def, stats.get(stage_def.name), w, steps_per_second, step_seconds)
-            self.reports[stage_def.name] = report
-            made.append(report)
+            made.append(self._report_of(stage_def, stats.get(stage_def.name), w, steps_per_second, step_seconds))
+        for stage, read in folded_reads(graph).items():
+            made.append(self._folded_report_of(graph, stage, read, w, steps_per_second, step_seconds))
+        for report in made:
+            self.reports[report.stage] = report
             if self.log:
                 logger.info("%s", report.line)
         self._write(made)
@@ -264,6 +286,21 @@ class PipelineHook(tf.compat.v1.train.SessionRunHook):
             verdict=classify(wait_fraction, occupancy_fraction), line="", stats=stats)
         return _with_line(report)
 
+    def _folded_report_of(self, graph: tf.Graph, stage: str, read: str, w: _Window, steps_per_second: float,
+                          step_seconds: float) -> PipelineReport:
+        waits = w.waits.get(stage, [])
+        wait = sum(waits) / len(waits) if waits else None
+        parallelism, buffer_size = dataset_settings(graph, stage)
+        wait_fraction = None if wait is None else wait / max(step_seconds, 1e-9)
+        report = PipelineReport(
+            stage=stage, step=self._step, steps=w.steps, steps_per_second=steps_per_second,
+            step_ms=step_seconds * 1e3, consumer_wait_ms=None if wait is None else wait * 1e3,
+            occupancy=None, last_occupancy=None, capacity=buffer_size, producer_ms=0.0, producer_wait_ms=0.0,
+            batches_per_second=steps_per_second, lanes=parallelism, ordered=True, own_pool=False,
+            autotuned=tuple(n for n, v in (("lanes", parallelism), ("capacity", buffer_size)) if v < 0),
+            max_buffered_bytes=0, verdict=classify(wait_fraction, None), line="", folded=True)
+        return _with_line(report)
+
     def _write(self, reports: list[PipelineReport]) -> None:
         if self.summary_dir is None or not reports:
             return
@@ -285,6 +322,40 @@ class PipelineHook(tf.compat.v1.train.SessionRunHook):
             text.tensor.CopyFrom(tf.make_tensor_proto(r.line))
         self._writer.add_summary(summary, self._step)
         self._writer.flush()
+
+
+def folded_reads(graph: tf.Graph) -> dict[str, str]:
+    """stage -> the iterator read its fold added (passes/fold_dataset.py), for every folded stage of `graph`.
+
+        before:  a graph whose stage "stage" was folded into its dataset (no StageDef left)
+        after:   {"stage": "stage/dataset_fold/IteratorGetNext"}
+    """
+    found = {}
+    for op in graph.get_operations():
+        stage = folded_stage_of(op.name) if op.type == "IteratorGetNext" else None
+        if stage is not None:
+            found[stage] = op.name
+    return found
+
+
+def dataset_settings(graph: tf.Graph, stage: str) -> tuple[int, int]:
+    """(the map's num_parallel_calls, the prefetch's buffer_size) of a folded stage's dataset ops, read from
+    their constant inputs (-1: AUTOTUNE or not found)."""
+    parallelism = buffer_size = -1
+    prefix = f"{stage}/{DATASET_FOLD_SCOPE}/"
+    for op in graph.get_operations():
+        if not op.name.startswith(prefix):
+            continue
+        if op.type in ("ParallelMapDatasetV2", "ParallelMapDataset") and op.inputs:
+            parallelism = _constant(op.inputs[-1], parallelism)
+        elif op.type == "PrefetchDataset" and len(op.inputs) > 1:
+            buffer_size = _constant(op.inputs[1], buffer_size)
+    return parallelism, buffer_size
+
+
+def _constant(tensor: tf.Tensor, default: int) -> int:
+    value = tf.get_static_value(tensor)
+    return default if value is None else int(value)
 
 
 def _with_line(report: PipelineReport) -> PipelineReport:
