@@ -17,7 +17,10 @@ like a GraphDef is decided here, and only here:
 - New nodes and rebuilt ops are imported in one import_graph_def under their own names, every scope the
   caller may be in reset; inputs from live ops are mapped to the live tensors, control inputs added after.
 - Every other edit is made on the live op: data inputs (Operation._update_input), control inputs, device,
-  attributes. MoveToEnd means nothing without a node order; RemoveNode is refused (ops cannot leave a
+  attributes. MoveToEnd means nothing without a node order. RemoveNode of a live op detaches it (ops cannot
+  leave a tf.Graph): allowed only when, after the edits, every op that read it is removed too or reads
+  something else, so no step runs it (fold_dataset removes a folded stage's buffer and body this way);
+  RemoveStageDef drops the stage from the collection, so no runtime starts threads for it.
   tf.Graph); SetStageDef updates or adds the StageDef in the graph's collection.
 All edits are checked against the graph before the first write (all or nothing, as in a GraphDef).
 """
@@ -31,8 +34,8 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2
 
 from smartstage.errors import GraphError
-from smartstage.graph.edits import (AddFunction, AddNode, Edit, MoveToEnd, RemoveNode, SetAttr, SetDevice, SetInputs,
-                                    SetStageDef, dedupe_controls)
+from smartstage.graph.edits import (AddFunction, AddNode, Edit, MoveToEnd, RemoveNode, RemoveStageDef, SetAttr,
+                                    SetDevice, SetInputs, SetStageDef, dedupe_controls)
 from smartstage.graph.names import parse_tensor_name
 from smartstage.protos import StageDef
 from smartstage.runtime.stage.metadata import STAGES_COLLECTION, StageRecord, add_stage_def, stage_defs
@@ -62,6 +65,7 @@ class LiveEdits:
     added: tuple[str, ...]           # nodes imported under their own names
     edited: tuple[str, ...]          # live ops edited in place
     stages: tuple[RebuiltStage, ...]  # queue stages built anew
+    detached: tuple[str, ...] = ()   # live ops the log removes: they stay in the graph, read by nothing the step runs
 
 
 def set_control_inputs(op: tf.Operation, control: Sequence[tf.Operation]) -> None:
@@ -85,6 +89,8 @@ class _Net:
         self.devices: dict[str, str] = {}
         self.attrs: dict[str, dict[str, attr_value_pb2.AttrValue | None]] = {}
         self.stage_defs: dict[str, StageDef] = {}
+        self.removed_stage_defs: set[str] = set()
+        self.detached: dict[str, None] = {}  # live ops removed by the log, in log order
         self.functions: list = []
         for i, edit in enumerate(edits):
             where = f"edit {i} ({type(edit).__name__})"
@@ -117,10 +123,15 @@ class _Net:
                 else:
                     self.attrs.setdefault(edit.node, {})[edit.key] = edit.value
             elif isinstance(edit, RemoveNode):
-                if edit.node not in self.added:
-                    raise GraphError(f"{where}: node {edit.node!r} cannot leave a live tf.Graph; this pass works "
-                                     "on the offline path only (optimize the exported graph)")
-                del self.added[edit.node]
+                if edit.node in self.added:
+                    del self.added[edit.node]
+                elif self.exists(edit.node):
+                    self.detached[edit.node] = None
+                else:
+                    raise GraphError(f"{where}: the session's graph has no node {edit.node!r}")
+            elif isinstance(edit, RemoveStageDef):
+                self.removed_stage_defs.add(edit.name)
+                self.stage_defs.pop(edit.name, None)
             elif isinstance(edit, AddFunction):
                 self.functions.append(edit.function)
             elif isinstance(edit, SetStageDef):
@@ -133,6 +144,22 @@ class _Net:
                 if source not in self.added and not self.exists(source):
                     raise GraphError(f"node {name!r} would read {raw!r}, and the session's graph has no such node "
                                      "after the edits")
+                if source in self.detached and name not in self.detached:
+                    raise GraphError(f"node {name!r} would read {raw!r}, which the edits remove")
+        self._check_detached()
+
+    def _check_detached(self) -> None:
+        """Every op that reads a removed live op is removed too, or the log gives it other inputs."""
+        for name in self.detached:
+            op = self.graph.get_operation_by_name(name)
+            readers = [c for out in op.outputs for c in out.consumers()] + list(op._control_outputs)  # noqa: SLF001
+            for reader in readers:
+                if reader.name in self.detached:
+                    continue
+                inputs = self.inputs.get(reader.name)
+                if inputs is None or any(parse_tensor_name(raw).node == name for raw in inputs):
+                    raise GraphError(f"the edits remove node {name!r}, which {reader.name!r} still reads in the "
+                                     "session's graph; optimize the exported graph offline instead")
 
     def exists(self, name: str) -> bool:
         try:
@@ -334,8 +361,12 @@ def _edit_in_place(graph: tf.Graph, net: _Net, name: str, renamed: Mapping[str, 
 
 
 def _update_stage_defs(graph: tf.Graph, net: _Net, renamed: Mapping[str, str]) -> None:
-    """The log's StageDefs in the collection (same name updated, new ones added); old op names re-pointed."""
+    """The log's StageDefs in the collection (same name updated, new ones added, removed ones dropped);
+    old op names re-pointed."""
     items = graph.get_collection_ref(STAGES_COLLECTION)
+    if net.removed_stage_defs:
+        items[:] = [item for item, stage_def in zip(list(items), stage_defs(graph))
+                    if stage_def.name not in net.removed_stage_defs]
     defs = stage_defs(graph)
     by_name = {d.name: i for i, d in enumerate(defs)}
     for name, stage_def in net.stage_defs.items():
@@ -395,7 +426,7 @@ def apply_to_live_graph(graph: tf.Graph, edits: Sequence[Edit], stage_names: Map
             out.set_shape(carried.shape)
     _update_stage_defs(graph, net, renamed)
     _update_queue_runners(graph, renamed)
-    return LiveEdits(renamed, tuple(net.added), tuple(in_place), tuple(rebuilt))
+    return LiveEdits(renamed, tuple(net.added), tuple(in_place), tuple(rebuilt), tuple(net.detached))
 
 
 __all__ = ["LiveEdits", "NEW_SCOPE", "RebuiltStage", "ROLES", "apply_to_live_graph", "set_control_inputs"]

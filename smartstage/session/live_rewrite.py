@@ -40,6 +40,7 @@ from smartstage.session.record import LiveRewrite, LiveStage, rewrite_once
 logger = logging.getLogger(__name__)
 
 INPUT_TASKS = "input_tasks"  # the pass whose placement the notes describe
+FOLD_DATASET = "fold_dataset"
 
 
 def _node_names(items: Iterable[Any]) -> list[str]:
@@ -105,9 +106,10 @@ def _apply(graph: tf.Graph, result) -> LiveRewrite:
     record = LiveRewrite(result=result, notes=tuple(result.notes))
     notes = list(record.notes)
     inserted = {s.name: s for s in result.auto_stage.inserted} if result.auto_stage is not None else {}
+    folded = folded_stages(result)
     expanded, left = [], []
     for partition in result.partitions:
-        if not partition.changes_graph or partition.stage.name in inserted:
+        if not partition.changes_graph or partition.stage.name in inserted or partition.stage.name in folded:
             continue
         reason = _unsupported(graph, partition)
         if reason:
@@ -117,9 +119,13 @@ def _apply(graph: tf.Graph, result) -> LiveRewrite:
             expanded.append(partition)
     # What each expanded stage's put carried before the edits (the old take's outputs, in order).
     carried = {p.stage.name: [t.name for t in graph.get_operation_by_name(p.stage.put).inputs[1:]] for p in expanded}
-    applied = apply_to_live_graph(graph, _edits(result, left), {p.stage.put: p.stage.name for p in result.partitions})
-    stages = [_record_inserted(graph, record, stage, result) for stage in inserted.values()]
+    carried.update({name: [t.name for t in graph.get_operation_by_name(fit.put).inputs[1:]]
+                    for name, fit in folded.items() if name not in inserted})
+    applied = apply_to_live_graph(graph, _edits(result, left, folded),
+                                  {p.stage.put: p.stage.name for p in result.partitions})
+    stages = [_record_inserted(graph, record, stage, result) for stage in inserted.values() if stage.name not in folded]
     stages += [_record_expanded(graph, record, p, applied, carried[p.stage.name]) for p in expanded]
+    stages += [_record_folded(graph, record, fit, carried.get(name, [])) for name, fit in folded.items()]
     notes.extend(_input_task_notes(result))
     record.stages = tuple(s for s in stages if s is not None)
     record.notes = tuple(notes)
@@ -128,16 +134,28 @@ def _apply(graph: tf.Graph, result) -> LiveRewrite:
     return record
 
 
-def _edits(result, left: list) -> list:
-    """Every pass's edits in order, less expand_stage's edits of the stages left as they were."""
+def folded_stages(result) -> dict:
+    """The stages the fold_dataset pass folded into their datasets: stage name -> FoldFit."""
+    for report in result.reports:
+        if report.name == FOLD_DATASET and report.changed and report.details:
+            return {name: fit for name, fit in report.details.items() if fit.folds}
+    return {}
+
+
+def _edits(result, left: list, folded: dict | None = None) -> list:
+    """Every pass's edits in order, less expand_stage's edits of the stages left as they were, and its
+    edits of what a fold removes (a folded stage's buffer ops and body: fold_dataset's log, later, gives
+    the main side its final inputs; a live buffer op never needs rebuilding for a stage that is gone)."""
+    folded = folded or {}
     own = {n for p in left for n in (*p.take_readers, *p.main_readers, p.stage.put, p.stage.take, *p.stage.ops)}
-    names = {p.stage.name for p in left}
+    gone = {n for fit in folded.values() for n in (*fit.removed, *fit.body, fit.read, fit.put, fit.take)}
+    names = {p.stage.name for p in left} | set(folded)
     edits = []
     for report in result.reports:
-        if report.name != "expand_stage" or not left:
+        if report.name != "expand_stage" or not (left or folded):
             edits.extend(report.edits)
             continue
-        kept = [e for e in report.edits if not (touched_nodes([e]) & own or
+        kept = [e for e in report.edits if not (touched_nodes([e]) & (own | gone) or
                                                 (isinstance(e, SetStageDef) and e.stage_def.name in names))]
         shared = touched_nodes(kept) & own
         if shared:
@@ -197,6 +215,43 @@ def _record_expanded(graph: tf.Graph, record: LiveRewrite, partition, applied: L
     record.prefetch_nodes[stage.take] = stage.name
     return LiveStage(name=stage.name, old_ops=old_ops, new_ops={r: n for r, n in new_ops.items() if r in ROLES},
                      moved=tuple(partition.moved), boundary=tuple(partition.boundary_after))
+
+
+def _record_folded(graph: tf.Graph, record: LiveRewrite, fit, carried: list[str]) -> LiveStage:
+    """What the session maps for a folded stage: the old take and the carried body tensors -> the outputs
+    of the new IteratorGetNext (the batch the step trains on); the body and the old read: prefetch nodes."""
+    from smartstage.passes.fold_dataset import read_name
+
+    def live(name: str) -> tf.Operation | None:  # an auto-stage stage's ops were never in the live graph
+        try:
+            return graph.get_operation_by_name(name)
+        except KeyError:
+            return None
+
+    read = graph.get_operation_by_name(read_name(fit))
+    slot = {_canonical(t): j for j, t in enumerate(fit.outputs)}
+    take = live(fit.take)
+    if take is not None:
+        record.op_map[fit.take] = read
+        record.prefetch_nodes[fit.take] = fit.stage
+        for out, key in zip(take.outputs, carried):
+            if key in slot:
+                record.tensor_map[out.name] = read.outputs[slot[key]]
+    for name in (*fit.body, fit.read):
+        op = live(name)
+        if name in fit.kept or op is None:
+            continue
+        record.prefetch_nodes[name] = fit.stage
+        for out in op.outputs:
+            if out.name in slot:
+                record.tensor_map[out.name] = read.outputs[slot[out.name]]
+    return LiveStage(name=fit.stage, old_ops={"put": fit.put, "take": fit.take}, new_ops={"take": read.name},
+                     moved=tuple(fit.body), boundary=tuple(fit.outputs), folded_into=fit.iterator)
+
+
+def _canonical(tensor: str) -> str:
+    node, _, port = tensor.partition(":")
+    return f"{node.lstrip('^')}:{port or 0}"
 
 
 def _record_inserted(graph: tf.Graph, record: LiveRewrite, inserted, result) -> LiveStage | None:

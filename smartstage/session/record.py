@@ -28,6 +28,7 @@ class LiveStage:
     new_ops: dict[str, str]
     moved: tuple[str, ...]
     boundary: tuple[str, ...]  # the tensors the new buffer carries, as the prefetch side names them
+    folded_into: str = ""      # a stage folded into its dataset (passes/fold_dataset.py): the iterator op
 
 
 @dataclass
@@ -51,7 +52,9 @@ class LiveRewrite:
         return bool(self.stages)
 
     def summary(self) -> str:
-        lines = [f"{s.name}: moved {len(s.moved)} op(s) to the prefetch side; the stage now carries "
+        lines = [f"{s.name}: folded into the dataset of iterator {s.folded_into!r} ({len(s.moved)} op(s) in its map); "
+                 f"the step reads {len(s.boundary)} tensor(s) from {s.new_ops['take']}" if s.folded_into else
+                 f"{s.name}: moved {len(s.moved)} op(s) to the prefetch side; the stage now carries "
                  f"{len(s.boundary)} tensor(s) through {s.new_ops['put']} / {s.new_ops['take']}" for s in self.stages]
         return "\n".join(lines + list(self.notes)) or "no stage changed"
 
