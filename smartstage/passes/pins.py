@@ -22,6 +22,10 @@ from smartstage.graph.op_types import is_stateful_op, op_def
 from smartstage.graph.op_types import CONTROL_FLOW_OPS, FEED_OPS, FUNCTIONAL_OPS, INPUT_OPS, MOVABLE_STATEFUL_OPS, MUTABLE_STATE_OPS, READ_ONLY_TABLE_OPS, STAGE_OPS, TABLE_READ_OPS, VARIABLE_OPS, VARIABLE_READ_OPS
 
 
+# Ops that call back into Python (py_function, numpy_function, stateful or not): they run in the
+# interpreter, may read or change its state, and a tf.data service worker cannot run them.
+PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+
 # Attributes that name the functions a functional op calls.
 _FUNCTION_ATTRS = ("then_branch", "else_branch", "cond", "body", "f", "branches")
 
@@ -77,6 +81,9 @@ class PinRules:
     def _classify(self, name: str) -> Pin | None:
         op = self.view.op(name)
         if name in self.targets:
+            verdict = _op_verdict(op)
+            if verdict is not None and verdict[0] == "stateful":  # a print, a py_function: its effect is the point
+                return Pin("stateful", name, verdict[1].format(name=repr(name), op=op))
             return Pin("target", name, f"{name!r} is a target (fetched by the training step)")
         if name in self.feeds:
             return Pin("feed", name, f"{name!r} is fed ({op})")
@@ -203,6 +210,8 @@ class PinRules:
 @functools.lru_cache(maxsize=None)
 def _op_verdict(op: str) -> tuple[str, str] | None:
     """(kind, detail template) when every node of type `op` is a pin source; None when the type may move."""
+    if op in PYTHON_OPS:
+        return "stateful", "{name} runs Python ({op}: a py_function or numpy_function), which may read or change the interpreter's state"
     if op in FEED_OPS:
         return "feed", "{name} is fed ({op})"
     if op in VARIABLE_OPS:

@@ -5,8 +5,10 @@
     check.identical      # every output of every step, then every variable, bit-identical
     check.describe()     # "identical: 20 step(s), 1 fetch(es) each, then 7 variable(s)" / "step 3: ... differs"
 
-Both runs start from the variables as they are (a snapshot), and the variables are put back after each
-run: verify() trains nothing. Stateful random ops keep their own kernel state, which no snapshot reaches.
+Both runs see the same batches in the same order: the first `steps` elements of the dataset are drawn once
+and cached, and both programs read that cache (a dataset that shuffles, or draws random numbers, gives a
+new order on each pass). Both runs start from the variables as they are (a snapshot), and the variables
+are put back after each run: verify() trains nothing. Stateful random ops keep their own kernel state, which no snapshot reaches.
 """
 
 from __future__ import annotations
@@ -46,6 +48,19 @@ def _run(step, batches, steps: int, fetches: list[str], variables: list, unpack:
     run.ended = len(run.values) < steps
     run.variables = {f"{i}:{v.name}": v.numpy() for i, v in enumerate(variables)}
     return run
+
+
+def same_batches(dataset: tf.data.Dataset, steps: int) -> tf.data.Dataset:
+    """The first `steps` elements of `dataset`, drawn once: every pass over the result yields them again,
+    in the same order, whatever the dataset's shuffle or random ops.
+
+        before:  ds.shuffle(100)                       # each pass: a new order
+        after:   same_batches(ds.shuffle(100), 20)      # each pass: the first pass's 20 batches
+    """
+    cached = dataset.take(steps).cache()
+    for _ in cached:  # one full pass fills the cache: later passes read it, not the dataset
+        pass
+    return cached
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -91,11 +106,13 @@ def verify(step, dataset: tf.data.Dataset, *, steps: int = 20, split=None, **spl
     halves = split or split_step(step, dataset, **split_kwargs)
     variables = list(halves.traced.variables)
     fetches = list(halves.traced.outputs)
+    batches = same_batches(dataset, steps)
+    mapped = batches.map(halves.prefetch_function, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     snapshot = _Snapshot(variables)
     try:
-        before = _run(step, dataset, steps, fetches, variables, halves.traced.unpack)
+        before = _run(step, batches, steps, fetches, variables, halves.traced.unpack)
         snapshot.restore()
-        after = _run(halves.step, halves.dataset, steps, fetches, variables, unpack=False)
+        after = _run(halves.step, mapped.prefetch(tf.data.AUTOTUNE), steps, fetches, variables, unpack=False)
     finally:
         snapshot.restore()
     return StepCheck(compare_runs(before, after), halves)
@@ -104,7 +121,7 @@ def verify(step, dataset: tf.data.Dataset, *, steps: int = 20, split=None, **spl
 def verify_fit(model, dataset: tf.data.Dataset, *, steps: int = 20, split=None) -> StepCheck:
     """The Keras twin: `model.train_on_batch` on raw batches against the trainer on the mapped dataset, from
     the same weights and optimizer state (both put back after each run); compares each step's logs and
-    then every weight.
+    then every weight. Both read the same first `steps` batches (same_batches).
 
         before:  model.fit(ds)                          after:  ss.tf2.fit(model, ds)
         check:   ss.tf2.verify_fit(model, ds, steps=20).identical
@@ -129,13 +146,14 @@ def verify_fit(model, dataset: tf.data.Dataset, *, steps: int = 20, split=None) 
         result.variables = {f"{i}:{v.path}": np.asarray(v.numpy()) for i, v in enumerate(variables)}
         return result
 
+    batches = same_batches(dataset, steps)
     try:
-        before = run(model, dataset)
+        before = run(model, batches)
         snapshot.restore()
-        after = run(halves.trainer, halves.map(dataset))
+        after = run(halves.trainer, halves.map(batches))
     finally:
         snapshot.restore()
     return StepCheck(compare_runs(before, after), halves)
 
 
-__all__ = ["StepCheck", "compare_runs", "verify", "verify_fit"]
+__all__ = ["StepCheck", "compare_runs", "same_batches", "verify", "verify_fit"]

@@ -21,9 +21,9 @@ import logging
 from typing import Any, Callable
 
 import tensorflow as tf
-from tensorflow.core.framework import attr_value_pb2, graph_pb2
+from tensorflow.core.framework import graph_pb2
 
-from smartstage.graph.edits import EditLog, apply_to_graph_def
+from smartstage.graph.edits import EditLog, apply_to_graph_def, drop_colocation
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.view import GraphView
 from smartstage.tf2.surgery import Sides
@@ -41,21 +41,18 @@ def _capture_map(graph_def: graph_pb2.GraphDef, traced: TracedStep) -> dict[str,
 
 
 def without_mapped(graph_def: graph_pb2.GraphDef, mapped) -> graph_pb2.GraphDef:
-    """`graph_def` without the placeholders an import maps: their readers read the mapped tensors, and a
-    placeholder left in a function is an op XLA cannot compile (jit_compile=True)."""
+    """`graph_def` without the placeholders an import maps (their readers read the mapped tensors) and without
+    the placeholders nothing reads (a table's handle once its lookups moved): a placeholder left in a function
+    is an op XLA cannot compile (jit_compile=True)."""
     view = GraphView(graph_def)
     log = EditLog(view)
     removed = set()
-    for name in dict.fromkeys(parse_tensor_name(t).node for t in mapped):
-        if name in view and view.op(name) == "Placeholder":
+    mapped_nodes = {parse_tensor_name(t).node for t in mapped}
+    for name in view.nodes_of_type(("Placeholder",)):
+        if name in mapped_nodes or not view.consumers(name):
             log.remove_node(name)
             removed.add(name)
-    for node in graph_def.node:  # colocation with a removed placeholder ("loc:@x") goes with it
-        if "_class" in node.attr and node.name not in removed:
-            kept = [c for c in node.attr["_class"].list.s if c.decode().partition("loc:@")[2] not in removed]
-            if len(kept) != len(node.attr["_class"].list.s):
-                value = attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(s=kept)) if kept else None
-                log.set_attr(node.name, "_class", value)
+    drop_colocation(log, view.names(), removed)  # colocation with a removed placeholder goes with it
     return apply_to_graph_def(graph_def, log.edits, view)
 
 

@@ -9,7 +9,8 @@ the main side adds one placeholder per boundary tensor, points every main-side r
 it, and removes the moved nodes and the input placeholders. A control input from a moved node is
 re-routed through the dataset element: the prefetch side runs that op before it hands the batch over
 (Sides.prefetch_extra), and the main side starts only with the batch as its arguments. The prefetch side
-removes every node the boundary tensors do not need.
+removes every node the boundary tensors do not need. On both sides, a colocation tag ("loc:@x") naming a
+node of the other side is dropped: the sides are imported as separate graphs.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2
 
-from smartstage.graph.edits import EditLog, apply_to_graph_def, dedupe_controls
+from smartstage.graph.edits import EditLog, apply_to_graph_def, dedupe_controls, drop_colocation
 from smartstage.graph.names import input_source, parse_tensor_name
 from smartstage.graph.view import GraphView
 
@@ -72,6 +73,7 @@ def main_side_edits(view: GraphView, moved: set[str], inputs: tuple[str, ...], b
     for name in view.names():
         if name in gone:
             log.remove_node(name)
+    drop_colocation(log, view.names(), gone)  # a kept node colocated with a moved one
     return log, tuple(names)
 
 
@@ -79,9 +81,11 @@ def prefetch_side_edits(view: GraphView, boundary: tuple[str, ...], extra: tuple
     """The prefetch side: every node the boundary tensors (and the moved effect-only ops) do not need goes."""
     needed = view.ancestors([parse_tensor_name(t).node for t in boundary] + list(extra))
     log = EditLog(view)
+    gone = {name for name in view.names() if name not in needed}
     for name in view.names():
-        if name not in needed:
+        if name in gone:
             log.remove_node(name)
+    drop_colocation(log, needed, gone)  # a moved node colocated with one that stays (a variable's read)
     return log
 
 

@@ -91,10 +91,41 @@ def _unpack(step, element_spec) -> bool:
     return varargs or len(positional) >= len(element_spec)
 
 
+def _dataset_keys(element_spec) -> list[str]:
+    """Every key of the element's dicts, as a path ("features/city" for a key of a nested dict)."""
+    keys = []
+
+    def walk(spec, prefix: str) -> None:
+        if isinstance(spec, dict):
+            for k, v in spec.items():
+                keys.append(f"{prefix}{k}")
+                walk(v, f"{prefix}{k}/")
+        elif isinstance(spec, (tuple, list)):
+            for v in spec:
+                walk(v, prefix)
+
+    walk(element_spec, "")
+    return keys
+
+
+def _missing_key(error: KeyError) -> str:
+    """The key a step's trace failed on (autograph rewraps the KeyError with the traceback in its message)."""
+    import re
+
+    found = re.findall(r"KeyError: (.+)", str(error))
+    return found[-1].strip() if found else (repr(error.args[0]) if error.args else "?")
+
+
 def _concrete(step, element_spec, unpack: bool):
     args = tuple(element_spec) if unpack else (element_spec,)
     try:
         return step.get_concrete_function(*args)
+    except KeyError as e:
+        keys = _dataset_keys(element_spec)
+        raise SplitError(
+            f"split(): {_name(step)!r} reads key {_missing_key(e)} that the dataset's elements do not have (their "
+            f"keys: {', '.join(map(repr, keys)) if keys else 'none: the elements are not dicts'}); map the dataset "
+            "to the keys the step reads, or read one of these") from None
     except (TypeError, ValueError) as e:
         declared = step.input_signature
         raise SplitError(
@@ -151,6 +182,25 @@ def _string_ops(graph_def: graph_pb2.GraphDef) -> list[str]:
     return found
 
 
+def _table_ops(graph_def: graph_pb2.GraphDef) -> list[str]:
+    from smartstage.graph.op_types import MUTABLE_STATE_OPS, READ_ONLY_TABLE_OPS, TABLE_READ_OPS
+
+    table_ops = TABLE_READ_OPS | READ_ONLY_TABLE_OPS | MUTABLE_STATE_OPS | {"LookupTableImportV2", "LookupTableExportV2"}
+    return [node.name for node in graph_def.node if node.op in table_ops]
+
+
+def _check_jit(step, graph_def: graph_pb2.GraphDef) -> None:
+    """SplitError for a step compiled with XLA (jit_compile=True) that has ops XLA cannot compile: string ops
+    and table lookups. The unsplit step fails at its first call; split() compiles the main side only."""
+    for found, what in ((_string_ops(graph_def), "string ops"), (_table_ops(graph_def), "table lookups")):
+        if found:
+            raise SplitError(
+                f"split(): {_name(step)!r} has jit_compile=True and {what} XLA cannot compile ({found[0]!r}"
+                f"{f' and {len(found) - 1} more' if len(found) > 1 else ''}); the unsplit step fails under XLA at "
+                "its first call: decorate the step with @tf.function (no jit_compile) and pass jit_compile=True to "
+                "split() to compile the main side only (the input pipeline, where they move, is not compiled)")
+
+
 def trace_step(step, element_spec, *, check_retrace: bool = True) -> TracedStep:
     """The step traced for `element_spec`, with its inputs, captures and outputs named as in its GraphDef.
 
@@ -166,13 +216,7 @@ def trace_step(step, element_spec, *, check_retrace: bool = True) -> TracedStep:
     graph_def = graph.as_graph_def()
     jit = getattr(step, "_jit_compile", None)
     if jit:
-        strings = _string_ops(graph_def)
-        if strings:
-            raise SplitError(f"split(): {_name(step)!r} has jit_compile=True and string ops XLA cannot compile "
-                             f"({strings[0]!r}{f' and {len(strings) - 1} more' if len(strings) > 1 else ''}); "
-                             "they would move to the input pipeline, which tf.data does not compile, and the unsplit "
-                             "step fails under XLA too: decorate the step with @tf.function (no jit_compile) and "
-                             "pass jit_compile=True to split() to compile the main side only")
+        _check_jit(step, graph_def)
     n_data = len(tf.nest.flatten(concrete.structured_input_signature, expand_composites=True))
     inputs = tuple(t.op.name for t in graph.inputs[:n_data])
     captured = {id(internal): external for external, internal in graph.captures}
