@@ -1,29 +1,60 @@
-"""fit(): Keras 3 `model.fit` with the model's preprocessing layers run in the dataset.
+"""fit(): `model.fit` with the model's input preprocessing moved into the dataset, for every kind of Keras model.
 
-    before:  model.fit(ds, epochs=3)
-    after:   ss.tf2.fit(model, ds, epochs=3)      # same losses; model.save()/export() still serve raw features
+    before:  model.fit(ds, epochs=3, validation_data=val)
+    after:   ss.tf2.fit(model, ds, epochs=3, validation_data=val)   # same losses and weights; the model is yours
 
-The trainer half (smartstage.tf2.keras_split) is compiled like the user's model, with the user's optimizer
-object, loss, metrics and the model's resolved jit_compile (the trainer alone would otherwise turn XLA on,
-which changes float results), then fit on the mapped dataset. The user's callbacks see the user's model:
-ModelCheckpoint saves the whole model, EarlyStopping's stop reaches the trainer's loop.
+Two routes, one partition (the op-level one of ss.tf2.split):
+- layers: a Keras 3 functional or Sequential model with the stock train and test steps is cut at layer level
+  (smartstage.tf2.keras_split). The trainer half is compiled like the model (its optimizer, loss and metric
+  objects, resolved jit_compile) and fit on the mapped dataset; the user's callbacks see the user's model.
+- steps: every other model (Keras 3 subclassed, tf_keras of any kind, an overridden train_step, or a
+  functional model whose layers cannot move but whose step has movable ops) has its own train step split at
+  op level (smartstage.tf2.keras_step), and its own `fit` runs on the mapped dataset.
+
+Both routes reuse the split of the previous call while the model and the element spec are unchanged. Every
+refusal is a SplitError raised before the model, its compile state or the dataset is touched.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
 
 from smartstage.errors import SplitError
-from smartstage.tf2.keras_split import KerasSplit, split_model
+from smartstage.tf2.keras_split import KerasSplit, graph_model, split_model
+from smartstage.tf2.keras_step import (TEST_STEP, TRAIN_STEP, ModelStepSplit, is_compiled, keras_family, model_key,
+                                       replaced_steps, split_model_step)
 
 logger = logging.getLogger(__name__)
 
 _HOOKS = ("on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end", "on_train_batch_begin",
           "on_train_batch_end", "on_test_begin", "on_test_end", "on_test_batch_begin", "on_test_batch_end",
           "on_predict_begin", "on_predict_end", "on_predict_batch_begin", "on_predict_batch_end")
+# model.fit arguments that describe in-memory data, which a dataset already carries.
+_DATA_ARGUMENTS = {
+    "y": "the labels are the dataset's second component: tf.data.Dataset.from_tensor_slices((x, y)).batch(n)",
+    "sample_weight": "put the weights in the dataset as its third component: ((x, y, sample_weight))",
+    "validation_split": "pass validation_data=<a batched tf.data.Dataset> instead",
+    "batch_size": "batch the dataset itself (dataset.batch(n))",
+    "validation_batch_size": "batch the validation dataset itself",
+}
+# Keras 3 models split at layer level, keyed like step splits (keras_step.model_key).
+_LAYER_SPLITS: dict[int, tuple[tuple, KerasSplit, Any]] = {}
+
+
+@dataclass(frozen=True)
+class StepFit:
+    """What the step route split: the train step, and the test step when validation data was given."""
+
+    train: ModelStepSplit
+    test: ModelStepSplit | None = None
+
+    def summary(self) -> str:
+        parts = [self.train.summary()] + ([self.test.summary()] if self.test is not None else [])
+        return "\n".join(parts)
 
 
 def _on_user_model(callback, model, trainer):
@@ -54,7 +85,7 @@ def _on_user_model(callback, model, trainer):
 
 
 def compile_like(trainer, model) -> None:
-    """Compiles `trainer` as `model` was compiled, sharing its optimizer object."""
+    """Compiles `trainer` as `model` was compiled, sharing its optimizer, loss and metric objects."""
     config = getattr(getattr(model, "_compile_config", None), "config", None)
     if not getattr(model, "compiled", False) or config is None or getattr(model, "optimizer", None) is None:
         raise SplitError(f"fit(): model {model.name!r} is not compiled; call model.compile(optimizer, loss, ...) "
@@ -71,27 +102,71 @@ def _check_dataset(name: str, dataset) -> None:
                          "labels) (tf.data.Dataset.from_tensor_slices((x, y)).batch(n) for arrays)")
 
 
-def fit(model, dataset, *, validation_data=None, callbacks=None, deterministic: bool = True,
-        split: KerasSplit | None = None, tfdata_service: str | None = None, **fit_kwargs) -> Any:
-    """Trains `model` on `dataset` as model.fit would, with its preprocessing layers moved into the dataset.
+def _strategy(model):
+    """The model's tf.distribute strategy, None for the default one."""
+    strategy = model.distribute_strategy
+    return None if type(strategy).__name__ == "_DefaultDistributionStrategy" else strategy
 
-    dataset / validation_data: batched tf.data.Datasets of raw features, as model.fit takes them.
-    deterministic: batches in input order (False is an explicit opt-out). split: a split_model() result to
-    reuse. tfdata_service: a dispatcher address: the training dataset, preprocessing included, runs on tf.data
-    service workers (validation data stays local). fit_kwargs: the rest of model.fit's arguments (epochs, ...).
-    Returns the History; `history.smartstage` is the KerasSplit (its summary() says what moved).
 
-        before:  history = model.fit(ds, epochs=3)
-        after:   history = ss.tf2.fit(model, ds, epochs=3)
-    """
-    _check_dataset("dataset", dataset)
-    _check_dataset("validation_data", validation_data)
-    if tfdata_service is not None:
-        from smartstage.tf2.service import check_address
+def _check_arguments(model, fit_kwargs: dict) -> None:
+    for name, fix in _DATA_ARGUMENTS.items():
+        if fit_kwargs.get(name) not in (None, 0, 0.0):
+            raise SplitError(f"fit(): {name}= describes in-memory arrays, and ss.tf2.fit takes a dataset; {fix}")
+    if not is_compiled(model):
+        raise SplitError(f"fit(): model {model.name!r} is not compiled; call model.compile(optimizer, loss, ...) "
+                         "before ss.tf2.fit(model, ...), as before model.fit")
 
-        tfdata_service = check_address(tfdata_service)
-    halves = split or split_model(model, deterministic=deterministic)
-    compile_like(halves.trainer, model)
+
+def _uses_stock_steps(model) -> bool:
+    import keras
+
+    return all(getattr(type(model), m) is getattr(keras.Model, m) for m in (TRAIN_STEP, TEST_STEP))
+
+
+def _layer_split(model, deterministic: bool) -> KerasSplit | None:
+    """The cached or new layer-level split of a Keras 3 functional model with stock steps; None when the layer
+    route does not apply (another kind of model, or no layer can move)."""
+    if keras_family(model) != "keras" or not _uses_stock_steps(model):
+        return None
+    try:
+        graph_model(model)
+    except SplitError:
+        return None
+    key = (model_key(model, None), deterministic)
+    cached = _LAYER_SPLITS.get(id(model))
+    if cached is not None and cached[0] == key and cached[1].model is model:
+        return cached[1]
+    strategy = _strategy(model)
+    try:
+        if strategy is not None:  # the trainer is a model of that strategy, as the user's model is
+            with strategy.scope():
+                halves = split_model(model, deterministic=deterministic)
+                compile_like(halves.trainer, model)
+        else:
+            halves = split_model(model, deterministic=deterministic)
+            compile_like(halves.trainer, model)
+    except SplitError as e:
+        if "nothing in model" in str(e):
+            return None
+        raise
+    _LAYER_SPLITS[id(model)] = (key, halves, model)
+    return halves
+
+
+def _with_class_weight(model, dataset: tf.data.Dataset, class_weight) -> tf.data.Dataset:
+    """The dataset with class weights as sample weights, as model.fit maps it (before the split sees it)."""
+    if keras_family(model) == "keras":
+        from keras.src.trainers.data_adapters.tf_dataset_adapter import make_class_weight_map_fn
+    else:
+        from tf_keras.src.engine.data_adapter import _make_class_weight_map_fn as make_class_weight_map_fn
+    return dataset.map(make_class_weight_map_fn(class_weight))
+
+
+def _fit_layers(model, halves: KerasSplit, dataset, validation_data, callbacks, tfdata_service, fit_kwargs):
+    if keras_family(model) == "keras" and _strategy(model) is None:
+        # The model's own compile state is built before the trainer updates the metric objects they share,
+        # so model.evaluate() resets them as after model.fit (and reports the evaluation only).
+        model._symbolic_build(data_batch=dataset.element_spec)
     wrapped = [_on_user_model(c, model, halves.trainer) for c in (callbacks or ())]
     model.stop_training = False
     history = halves.trainer.fit(halves.map(dataset, tfdata_service), callbacks=wrapped,
@@ -102,4 +177,64 @@ def fit(model, dataset, *, validation_data=None, callbacks=None, deterministic: 
     return history
 
 
-__all__ = ["compile_like", "fit"]
+def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata_service, fit_kwargs):
+    if _strategy(model) is not None:
+        raise SplitError(f"fit(): model {model.name!r} trains under {type(_strategy(model)).__name__}, and SmartStage "
+                         "splits a distributed step only at layer level (Keras 3 functional or Sequential models "
+                         "with the stock train_step); build the model that way, or train it with model.fit")
+    class_weight = fit_kwargs.pop("class_weight", None)
+    if class_weight is not None:
+        dataset = _with_class_weight(model, dataset, class_weight)
+    train = split_model_step(model, TRAIN_STEP, dataset, deterministic=deterministic)
+    test = None
+    if validation_data is not None:
+        try:
+            test = split_model_step(model, TEST_STEP, validation_data, deterministic=deterministic)
+        except SplitError as e:
+            if "can move" not in str(e):
+                raise
+            logger.info("fit(%s): nothing of the test step can move; validation runs as model.evaluate", model.name)
+    splits = {TRAIN_STEP: train} if test is None else {TRAIN_STEP: train, TEST_STEP: test}
+    with replaced_steps(model, splits):
+        history = model.fit(train.map(dataset, tfdata_service), callbacks=callbacks,
+                            validation_data=validation_data if test is None else test.map(validation_data),
+                            **fit_kwargs)
+    history.smartstage = StepFit(train, test)
+    return history
+
+
+def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | None = None, callbacks=None,
+        deterministic: bool = True, split: KerasSplit | None = None, tfdata_service: str | None = None,
+        **fit_kwargs) -> Any:
+    """Trains `model` on `dataset` as model.fit would, with its input preprocessing moved into the dataset.
+
+    model: a compiled Keras 3 or tf_keras model of any kind. dataset / validation_data: batched
+    tf.data.Datasets of raw features ((x, y) or (x, y, sample_weight)), as model.fit takes them.
+    deterministic: batches in input order (False is an explicit opt-out). split: a split_model() result to
+    reuse (layer route). tfdata_service: a dispatcher address: the training dataset, preprocessing included,
+    runs on tf.data service workers (validation data stays local). fit_kwargs: the rest of model.fit's
+    arguments (epochs, class_weight, steps_per_epoch, ...). Returns the History; `history.smartstage` is
+    what was split (its summary() says what moved).
+
+        before:  history = model.fit(ds, epochs=3)
+        after:   history = ss.tf2.fit(model, ds, epochs=3)
+    """
+    keras_family(model)
+    _check_dataset("dataset", dataset)
+    _check_dataset("validation_data", validation_data)
+    if fit_kwargs.get("x") is not None:
+        raise SplitError("fit(): the data is the second argument, ss.tf2.fit(model, dataset, ...); drop x=")
+    _check_arguments(model, fit_kwargs)
+    if tfdata_service is not None:
+        from smartstage.tf2.service import check_address
+
+        tfdata_service = check_address(tfdata_service)
+    halves = split or _layer_split(model, deterministic)
+    if halves is not None:
+        if split is not None:
+            compile_like(halves.trainer, model)
+        return _fit_layers(model, halves, dataset, validation_data, callbacks, tfdata_service, fit_kwargs)
+    return _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata_service, fit_kwargs)
+
+
+__all__ = ["StepFit", "compile_like", "fit"]

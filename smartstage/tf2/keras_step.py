@@ -1,0 +1,181 @@
+"""keras_step: a Keras model's own train (or test) step split at op level by the engine of ss.tf2.split, and
+fit() run by the model's own loop on the mapped dataset.
+
+    before:  model.fit(ds, validation_data=val)            # model.train_step(raw batch) does the preprocessing
+    after:   with replaced_steps(model, train, test):       # train = split_model_step(model, "train_step", ds)
+                 model.fit(train.map(ds), validation_data=test.map(val))
+
+Any Keras model that fit() trains is covered, whatever builds its graph: Keras 3 or tf_keras, functional,
+Sequential or subclassed, with the stock or an overridden train_step. The step is traced for the dataset's
+element spec (`tf.function(type(model).train_step)`), partitioned like any TF2 step (smartstage.tf2.split),
+and the moved part becomes a deterministic `dataset.map` + prefetch. During the call the model's
+`train_step`/`test_step` are instance attributes that run the main side, and its `train_function`/
+`test_function` are cleared so Keras builds them around the main side: callbacks, compiled losses and
+metrics, `steps_per_execution`, validation and History are Keras's own, on the user's model. Afterwards both
+are what they were, on error too: `model.fit` trains the model through its own train function again.
+
+A split is cached per model and step, keyed on the element spec, the model's variables (which, their
+shapes, which train), its compile state (the loss, metrics and optimizer objects compile() made) and its
+jit setting; any change re-splits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import tensorflow as tf
+
+from smartstage.errors import SplitError
+from smartstage.tf2.split import SplitStep, split
+
+logger = logging.getLogger(__name__)
+
+TRAIN_STEP, TEST_STEP = "train_step", "test_step"
+# The attributes a Keras loop builds from the step methods (tf_keras also keeps the tf.function it wraps).
+_FUNCTIONS = {TRAIN_STEP: ("train_function", "train_tf_function"), TEST_STEP: ("test_function", "test_tf_function")}
+
+_CACHE: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def keras_family(model) -> str:
+    """"keras" (Keras 3) or "tf_keras" (Keras 2); SplitError for anything else."""
+    try:
+        import keras
+
+        if isinstance(model, keras.Model):
+            return "keras"
+    except ImportError:  # pragma: no cover - Keras 3 ships with TensorFlow 2.16+
+        pass
+    try:
+        import tf_keras
+
+        if isinstance(model, tf_keras.Model):
+            return "tf_keras"
+    except ImportError:
+        pass
+    raise SplitError(f"fit(): {type(model).__name__} is not a Keras model; pass a keras.Model or tf_keras.Model, "
+                     "or split a custom training step with ss.tf2.split(step, dataset)")
+
+
+def is_compiled(model) -> bool:
+    if keras_family(model) == "keras":
+        return bool(getattr(model, "compiled", False)) and getattr(model, "optimizer", None) is not None
+    return bool(getattr(model, "_is_compiled", False)) and getattr(model, "optimizer", None) is not None
+
+
+def compile_identity(model) -> tuple:
+    """The objects compile() made: a new compile() makes new ones."""
+    if keras_family(model) == "keras":
+        parts = (model.optimizer, getattr(model, "_compile_loss", None), getattr(model, "_compile_metrics", None),
+                 getattr(model, "_loss_tracker", None))
+    else:
+        parts = (model.optimizer, getattr(model, "compiled_loss", None), getattr(model, "compiled_metrics", None))
+    return tuple(id(p) for p in parts) + (getattr(model, "_jit_compile", None), bool(model.run_eagerly))
+
+
+def model_key(model, element_spec) -> tuple:
+    """What a split depends on: the element spec, every variable (identity, shape, dtype, trains or not) and
+    the compile state."""
+    variables = tuple((id(v), tuple(v.shape), str(v.dtype), bool(v.trainable)) for v in model.variables)
+    trainable = tuple(id(v) for v in model.trainable_variables)
+    return (repr(element_spec), variables, trainable, compile_identity(model))
+
+
+@dataclass(frozen=True)
+class ModelStepSplit:
+    """One step method of a model, split: `map(dataset)` runs the prefetch side in the dataset, `step(element)`
+    runs the main side on the model's variables and returns what the step returned."""
+
+    model_name: str
+    method: str  # TRAIN_STEP or TEST_STEP
+    split: SplitStep
+    key: tuple = field(repr=False)
+    keep_alive: tuple = field(default=(), repr=False)  # the compile objects the key names by identity
+
+    def map(self, dataset: tf.data.Dataset, tfdata_service: str | None = None) -> tf.data.Dataset:
+        """`dataset` (raw batches with this split's element spec) mapped by the prefetch side, then prefetched."""
+        mapped = dataset.map(self.split.prefetch_function, num_parallel_calls=tf.data.AUTOTUNE,
+                             deterministic=self.split.deterministic)
+        if tfdata_service is not None:
+            from smartstage.tf2.service import distribute_on_service
+
+            mapped = distribute_on_service(mapped, tfdata_service)
+        return mapped.prefetch(tf.data.AUTOTUNE)
+
+    def step(self, element):
+        """The main side on one mapped element (the boundary tensors)."""
+        return self.split.step(element)
+
+    def summary(self) -> str:
+        return f"Keras model {self.model_name!r}, {self.method} split at op level:\n{self.split.summary()}"
+
+
+def _step_function(model, method: str, autograph: bool):
+    """A tf.function of the model class's own step method; it holds the model weakly (the cache holds it)."""
+    ref = weakref.ref(model)
+    impl = getattr(type(model), method)
+
+    def model_step(data):
+        return impl(ref(), data)
+
+    model_step.__name__ = f"{type(model).__name__}_{method}"
+    return tf.function(model_step, autograph=autograph)
+
+
+def split_model_step(model, method: str, dataset: tf.data.Dataset, *, deterministic: bool = True) -> ModelStepSplit:
+    """The model's `method` ("train_step" or "test_step") traced for `dataset` and split, or the cached split
+    when nothing it depends on changed (model_key).
+
+        before:  model.train_step(raw_batch)
+        after:   s = split_model_step(model, "train_step", ds);  s.step(element) for element in s.map(ds)
+    """
+    cached = _CACHE.get(model, {}).get(method)
+    if cached is not None and cached.key == model_key(model, dataset.element_spec) \
+            and cached.split.deterministic == deterministic:
+        logger.info("%s.%s: split reused", model.name, method)
+        return cached
+    family = keras_family(model)
+    # Keras 3 traces its step without autograph (do_not_convert), tf_keras with it: trace as each does.
+    step = _step_function(model, method, autograph=family == "tf_keras")
+    halves = split(step, dataset, deterministic=deterministic, state=[model], jit_compile=False)
+    keep = (model.optimizer, getattr(model, "_compile_loss", None), getattr(model, "_compile_metrics", None),
+            getattr(model, "_loss_tracker", None), getattr(model, "compiled_loss", None),
+            getattr(model, "compiled_metrics", None))
+    result = ModelStepSplit(model_name=model.name, method=method, split=halves,
+                            key=model_key(model, dataset.element_spec), keep_alive=keep)
+    _CACHE.setdefault(model, {})[method] = result
+    return result
+
+
+@contextlib.contextmanager
+def replaced_steps(model, splits: dict[str, ModelStepSplit]) -> Iterator[None]:
+    """For the duration: each split's step method is the main side, and the functions Keras builds from it
+    are cleared, so the model's own loop builds them around the main side; afterwards every attribute is
+    what it was (also on error).
+
+        before:  model.fit(ds)                      # model.train_function(iterator) -> model.train_step(batch)
+        after:   with replaced_steps(model, {"train_step": s}): model.fit(s.map(ds))
+    """
+    missing = object()
+    names = [m for m in splits] + [f for m in splits for f in _FUNCTIONS[m]]
+    saved = {name: model.__dict__.get(name, missing) for name in names}
+    try:
+        for method, part in splits.items():
+            object.__setattr__(model, method, part.step)
+            for name in _FUNCTIONS[method]:
+                object.__setattr__(model, name, None)
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is missing:
+                model.__dict__.pop(name, None)
+            else:
+                object.__setattr__(model, name, value)
+
+
+__all__ = ["ModelStepSplit", "TEST_STEP", "TRAIN_STEP", "compile_identity", "is_compiled", "keras_family",
+           "model_key", "replaced_steps", "split_model_step"]
