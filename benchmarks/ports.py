@@ -16,9 +16,9 @@ Criteo-format train.csv written once to benchmarks/out/data/. Runs, per script:
 
 Steps/s is timed by a SessionRunHook added to the script's training hooks: "first 100" and "first 1,000",
 from the session ready (after_create_session) to step 100 and 1,000, the first step's executor builds and
-AUTOTUNE's first trials included (issue 25: what a user trying the flag for a minute sees); "startup", the
+AUTOTUNE's first trials included (what a user trying the flag for a minute sees); "startup", the
 seconds from main() to the session ready (graph, rewrite, session, prefetch threads), reported beside them;
-steps --skip to --early-end (the window earlier runs reported as first steps); and "steady", from step
+steps --skip to --early-end (while AUTOTUNE tries settings and the executors are built); and "steady", from step
 --steady-from to the last step, once the tuner settled (a training job's thousands of steps look like this). Repeats run every (script, run) pair in a
 new random order; the ratio to flag off is taken within each repeat. Writes benchmarks/out/ports-*.{json,md};
 --publish copies the Markdown table to docs/perf/ports.md.

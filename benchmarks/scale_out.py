@@ -15,7 +15,7 @@ process on 127.0.0.1. Configurations, measured in turn in every repeat (interlea
 Prints medians with [min, max] and the speed-up over "trainer x1"; writes
 benchmarks/out/scale_out-latest.json.
 
-    python -m benchmarks.scale_out --cpu-bound          # the trainer's cores are the bound (issue 25)
+    python -m benchmarks.scale_out --cpu-bound          # the trainer's cores are the bound
 
 The CPU-bound case: no storage wait; the stateless preprocessing computes --work rounds of elementwise
 math on a [batch, 256] float tensor, and the training step --train-work dense layers of 512 (each side
@@ -29,8 +29,8 @@ so input tasks add the CPU the trainer does not have. Configurations, interleave
                         (a lane carries one batch at a time: more lanes overlap its round trip)
 
 Beside the steps/s, each configuration's trainer-process CPU per step, and the preprocessing's CPU per
-batch alone, feed a model of larger clusters (benchmarks/scale_out_model.py) that is checked against what
-was measured here. Writes benchmarks/out/scale_out-cpu-latest.json.
+batch alone, feed a model of larger clusters (benchmarks/scale_out_model.py) that is checked against the
+rates of the same run. Writes benchmarks/out/scale_out-cpu-latest.json.
 """
 
 from __future__ import annotations

@@ -119,8 +119,8 @@ class OptimizeResult:
     def diff(self):
         """The GraphDiff of the input and the rewritten graph (the same as ss.graph_diff(original, graph, result)).
 
-        Kept on the result because the API had it before the layers; it is the one import of the core
-        from the inspection layer (tests/test_layers.py allows exactly this one)."""
+        A convenience on the result, so `result.diff()` needs no second import; it is the one import of
+        the core from the inspection layer (tests/test_layers.py allows exactly this one)."""
         from smartstage.inspection.diff import graph_diff
 
         return graph_diff(self.original_graph_def, self.graph_def, result=self)

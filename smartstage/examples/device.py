@@ -1,7 +1,7 @@
 """An emulated accelerator for the examples: the model's compute as a wait of T ms that uses no host CPU.
 
 SmartStage pays most where the model runs on an accelerator and the host CPU waits for it (DeepRec's
-case: DLRM on an A100, ~5 ms a step). No GPU here, so the device is emulated: a `numpy_function` that
+case: DLRM on a GPU, a few ms a step). Tests and benchmarks run without a GPU, so the device is emulated: a `numpy_function` that
 sleeps T ms (`time.sleep` releases the GIL and burns no CPU) on a value derived from the step's loss,
 so it cannot start before the forward pass has read this step's features. The host keeps what a GPU
 job keeps on the host: reading, parsing and preprocessing (wherever the pipeline puts them), and the
@@ -13,8 +13,7 @@ step's host-side ops: the stage's take and a small stand-in of the model.
 
 `build_device_model` keeps the DLRM-like (or Wide&Deep-like) builder's input pipeline op for op (reading,
 parsing, hashing, vocabulary lookups, crosses, bucketizing, the combined id spaces) and replaces the model
-(embeddings, MLPs, interaction, sparse optimizer updates: ~7 ms of host CPU a step at batch 512 on this
-machine, which a GPU would run) with a stand-in: every preprocessed feature summarised to one number, a
+(embeddings, MLPs, interaction, sparse optimizer updates: the work a GPU would run) with a stand-in: every preprocessed feature summarised to one number, a
 linear layer of a few dozen weights, the loss, and the wait. `with_device_step` instead adds the wait to
 any model (its host compute stays).
 
@@ -108,7 +107,7 @@ def build_device_model(
 ) -> ModelGraph:
     """The model's input pipeline as `build_dlrm` / `build_wide_deep` build it, and a device step of `device_ms`.
 
-        build_dlrm(path, vocab, stage_fn=ss.staged)                          # before: ~7 ms of model on the host
+        build_dlrm(path, vocab, stage_fn=ss.staged)                          # before: the model's compute on the host
         build_device_model(path, vocab, model="dlrm", device_ms=5.0, ...)    # after:  a 5 ms host-idle wait
     """
     if model not in ("dlrm", "wide_deep"):
