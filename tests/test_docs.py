@@ -59,6 +59,15 @@ def test_pages_have_no_run_log_narrative(page: Path):
                        "product, and put dated measurements in a report under docs/perf/")
 
 
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_python_examples_are_python(page: Path):
+    for i, block in enumerate(PYTHON_BLOCK.findall(page.read_text())):
+        compile(block, f"{page.relative_to(ROOT)}, python block {i + 1}", "exec")
+
+
 def test_narrative_check_catches_what_it_should_and_ignores_code():
     assert NARRATIVE.search("a run at 01:31 UTC printed 1.12x")
     assert NARRATIVE.search("measured two sessions ago, not re-run")
