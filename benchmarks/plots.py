@@ -8,6 +8,10 @@ Each plot reads only what the benchmark wrote, so a published JSON can be re-plo
     python -m benchmarks.plots docs/perf/accelerator.json docs/perf/accelerator.png
     python -m benchmarks.plots docs/perf/tf2.json docs/perf/tf2.png
 
+A benchmark's `--publish` draws the same figure from its in-memory result, e.g. in benchmarks/e2e.py:
+
+    figure = plots.accelerator_figure(result)      # written as docs/perf/accelerator.png by write_outputs
+
 matplotlib is in the `report` extra (`pip install -e ".[report]"`); without it these functions raise
 `PlotError` saying so.
 """
@@ -68,6 +72,14 @@ def _pyplot():
     return plt
 
 
+def _plain(result: Any) -> dict[str, Any]:
+    """The result as its JSON file holds it: a benchmark's in-memory result (dataclasses, tuples) or the
+    file's dict give the same plot."""
+    from benchmarks.report import to_jsonable
+
+    return json.loads(json.dumps(to_jsonable(result), default=str))
+
+
 def _setting_key(samples: dict[str, list], name: str) -> str | None:
     """The sample key of a configuration at its defaults ('smart [AUTOTUNE (defaults)]'), or the bare name."""
     for key in samples:
@@ -83,6 +95,7 @@ def accelerator_fractions(result: dict[str, Any]) -> dict[str, dict[str, list[tu
     the median and range of the repeats, as the benchmark's own tables do. The pseudo-configuration
     'cpu_bound' is the 2-core CPU bound over the bare step: above 1, the device is the limit.
     """
+    result = _plain(result)
     out: dict[str, dict[str, list[tuple[float, Spread]]]] = {}
     for entry in result.get("workloads", []):
         workload = entry["workload"]
@@ -155,6 +168,7 @@ def accelerator_figure(result: dict[str, Any]):
 def tf2_figure(result: dict[str, Any]):
     """A matplotlib Figure: steps/s of each TF2 program per setting (CPU, emulated accelerator), median and range."""
     plt = _pyplot()
+    result = _plain(result)
     settings = result.get("settings") or []
     if not settings:
         raise PlotError("the result has no settings to plot (is it a benchmarks.tf2 JSON?)")
