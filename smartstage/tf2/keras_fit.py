@@ -7,9 +7,9 @@ Two routes, one partition (the op-level one of ss.tf2.split):
 - layers: a Keras 3 functional or Sequential model with the stock train and test steps is cut at layer level
   (smartstage.tf2.keras_split). The trainer half is compiled like the model (its optimizer, loss and metric
   objects, resolved jit_compile) and fit on the mapped dataset; the user's callbacks see the user's model.
-- steps: every other model (Keras 3 subclassed, tf_keras of any kind, an overridden train_step, or a
-  functional model whose layers cannot move but whose step has movable ops) has its own train step split at
-  op level (smartstage.tf2.keras_step), and its own `fit` runs on the mapped dataset.
+- steps: every other model (Keras 3 subclassed, tf_keras of any kind, an overridden train_step or test_step)
+  has its own train step split at op level (smartstage.tf2.keras_step), and its own `fit` runs on the mapped
+  dataset.
 
 Both routes reuse the split of the previous call while the model and the element spec are unchanged. Every
 refusal is a SplitError raised before the model, its compile state or the dataset is touched.
@@ -125,7 +125,7 @@ def _uses_stock_steps(model) -> bool:
 
 def _layer_split(model, deterministic: bool) -> KerasSplit | None:
     """The cached or new layer-level split of a Keras 3 functional model with stock steps; None when the layer
-    route does not apply (another kind of model, or no layer can move)."""
+    route does not apply (another kind of model). SplitError when no layer can move."""
     if keras_family(model) != "keras" or not _uses_stock_steps(model):
         return None
     try:
@@ -137,18 +137,13 @@ def _layer_split(model, deterministic: bool) -> KerasSplit | None:
     if cached is not None and cached[0] == key and cached[1].model is model:
         return cached[1]
     strategy = _strategy(model)
-    try:
-        if strategy is not None:  # the trainer is a model of that strategy, as the user's model is
-            with strategy.scope():
-                halves = split_model(model, deterministic=deterministic)
-                compile_like(halves.trainer, model)
-        else:
+    if strategy is not None:  # the trainer is a model of that strategy, as the user's model is
+        with strategy.scope():
             halves = split_model(model, deterministic=deterministic)
             compile_like(halves.trainer, model)
-    except SplitError as e:
-        if "nothing in model" in str(e):
-            return None
-        raise
+    else:
+        halves = split_model(model, deterministic=deterministic)
+        compile_like(halves.trainer, model)
     _LAYER_SPLITS[id(model)] = (key, halves, model)
     return halves
 

@@ -80,22 +80,6 @@ def test_not_a_dataset():
         sst.split(dlrm_program().step, [1, 2, 3])
 
 
-def test_a_subclassed_keras_model():
-    class Ranker(keras.Model):
-        def __init__(self):
-            super().__init__()
-            self.lookup = keras.layers.StringLookup(vocabulary=["a"], output_mode="multi_hot")
-            self.dense = keras.layers.Dense(1)
-
-        def call(self, x):
-            return self.dense(self.lookup(x["city"]))
-
-    model = Ranker()
-    model.compile("adam", "mse")
-    with pytest.raises(SplitError, match=r"subclassed model \(Ranker\).*keras\.Model\(inputs, outputs\)"):
-        sst.fit(model, keras_dataset(), epochs=1, verbose=0)
-
-
 def test_a_model_that_is_not_compiled():
     model = keras.Model.from_config(preprocessing_model().get_config())
     with pytest.raises(SplitError, match=r"not compiled; call model\.compile"):
