@@ -68,7 +68,7 @@ def canonical(tensor: str) -> str:
 def scratch_dataset_graph(view: GraphView, body: DatasetBody, scope: str,
                           finish: Callable[[Any], Any] = lambda ds: ds, *,
                           num_parallel_calls: int | None = None, deterministic: bool | None = None,
-                          source_tensor: str = "") -> ScratchDataset:
+                          source_tensor: str = "", factory: str = "") -> ScratchDataset:
     """A scratch graph: a variant placeholder (SOURCE) -> map(body) -> finish(dataset).
 
         before:  body {sqrt(IteratorGetNext:0)}, outputs ("sqrt:0", "IteratorGetNext:1")
@@ -76,6 +76,11 @@ def scratch_dataset_graph(view: GraphView, body: DatasetBody, scope: str,
 
     `finish(dataset)` runs in the scratch graph under `scope` and returns the dataset (or any graph
     element) the chain ends in. source_tensor: the real tensor SOURCE stands for (recorded in placeholders).
+
+    factory: the name of a one-shot iterator's dataset_factory function. Then the whole chain is built
+    inside a new factory function (the old factory's dataset, then the map and `finish`), each captured
+    table is made inside it by a copy of its handle op (the same shared_name: the same table), and the
+    scratch graph holds one OneShotIterator node whose dataset_factory names the new function.
     """
     import tensorflow as tf  # the Python API only here: the analysis reads protos
 
@@ -95,19 +100,8 @@ def scratch_dataset_graph(view: GraphView, body: DatasetBody, scope: str,
     wanted = sorted({canonical(t) for t in body.outputs if parse_tensor_name(t).node != body.read})
     placeholders = {SOURCE: source_tensor} if source_tensor else {}
 
-    graph = tf.Graph()
-    with graph.as_default(), warnings.catch_warnings():
-        # distribute() reads dataset.options(), which warns in graph mode that options live in the graph now
-        warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
-        source = tf.compat.v1.placeholder(tf.variant, [], name=SOURCE)
-        captured = {}
-        for k, tensor in enumerate(body.captures):
-            dtype = view.dtype_of(parse_tensor_name(tensor))
-            name = f"{CAPTURE}_{k}"
-            captured[canonical(tensor)] = tf.compat.v1.placeholder(tf.dtypes.as_dtype(dtype), name=name)
-            placeholders[name] = canonical(tensor)
-
-        def computed_body(*components):
+    def computed_body(captured):
+        def mapped_body(*components):
             produced = {}
             if wanted:
                 mapped = {t: components[parse_tensor_name(t).port] for t in used}
@@ -117,19 +111,82 @@ def scratch_dataset_graph(view: GraphView, body: DatasetBody, scope: str,
                 produced = dict(zip(wanted, results))
             return tuple(components[parse_tensor_name(t).port] if parse_tensor_name(t).node == body.read
                          else produced[canonical(t)] for t in body.outputs)
+        return mapped_body
 
-        with tf.name_scope(scope):
-            dataset = tf.data.experimental.from_variant(source, specs)
-            if body.body:
-                dataset = dataset.map(computed_body, num_parallel_calls=num_parallel_calls,
-                                      deterministic=deterministic)
-            spec = dataset.element_spec
-            end = finish(dataset)
+    def chain(source, captured):
+        dataset = tf.data.experimental.from_variant(source, specs)
+        if body.body:
+            dataset = dataset.map(computed_body(captured), num_parallel_calls=num_parallel_calls,
+                                  deterministic=deterministic)
+        return dataset, finish(dataset)
+
+    graph = tf.Graph()
+    with graph.as_default(), warnings.catch_warnings():
+        # distribute() reads dataset.options(), which warns in graph mode that options live in the graph now
+        warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
+        if factory:
+            spec, end = _factory_chain(tf, view, body, scope, factory, chain)
+        else:
+            source = tf.compat.v1.placeholder(tf.variant, [], name=SOURCE)
+            captured = {}
+            for k, tensor in enumerate(body.captures):
+                dtype = view.dtype_of(parse_tensor_name(tensor))
+                name = f"{CAPTURE}_{k}"
+                captured[canonical(tensor)] = tf.compat.v1.placeholder(tf.dtypes.as_dtype(dtype), name=name)
+                placeholders[name] = canonical(tensor)
+            with tf.name_scope(scope):
+                dataset, end = chain(source, captured)
+                spec = dataset.element_spec
     variant = getattr(end, "_variant_tensor", None)
     flat = spec if isinstance(spec, tuple) else (spec,)
     return ScratchDataset(graph.as_graph_def(), variant.name if variant is not None else "",
                           tuple(s.dtype.as_datatype_enum for s in flat), tuple(s.shape.as_proto() for s in flat),
                           placeholders)
+
+
+def _factory_chain(tf, view: GraphView, body: DatasetBody, scope: str, factory: str, chain):
+    """The chain inside a new one-shot dataset_factory (see scratch_dataset_graph); a OneShotIterator node
+    named <scope>OneShotIterator reads it. Returns the element spec and None (no dataset tensor outside)."""
+    from tensorflow.python.framework import function
+    from tensorflow.python.ops import gen_dataset_ops
+
+    library = graph_pb2.GraphDef()
+    library.library.CopyFrom(view.graph_def.library)
+    library.versions.CopyFrom(view.graph_def.versions)
+    tf.graph_util.import_graph_def(library, name="")  # the old factory and what it calls, by their names
+    handles = graph_pb2.GraphDef()
+    for tensor in body.captures:
+        handles.node.add().CopyFrom(view.node(parse_tensor_name(tensor).node))
+        handles.node[-1].device = ""
+        handles.node[-1].attr.pop("_class", None)
+        if not handles.node[-1].attr["shared_name"].s:  # fold_dataset gives the table this name too
+            handles.node[-1].attr["shared_name"].s = handles.node[-1].name.encode()
+    specs = {}
+
+    from tensorflow.python.framework.function_def_to_graph import function_def_to_graph_def
+
+    old = next(f for f in view.graph_def.library.function if f.signature.name == factory)
+    old_graph, flat_names = function_def_to_graph_def(old)
+    old_output = flat_names[old.ret[old.signature.output_arg[0].name]]
+
+    # The old factory's nodes go into the new one as they are (a call of it would let Grappler fold the
+    # dataset chain into a variant constant, which cannot be serialized).
+    @function.Defun(capture_by_value=True)
+    def new_factory():
+        source = tf.graph_util.import_graph_def(old_graph, return_elements=[old_output], name="dataset")[0]
+        made = tf.graph_util.import_graph_def(handles, return_elements=[canonical(t) for t in body.captures],
+                                              name="captured") if body.captures else []
+        captured = dict(zip((canonical(t) for t in body.captures), made))
+        dataset, end = chain(source, captured)
+        specs["spec"] = dataset.element_spec
+        return end._variant_tensor  # noqa: SLF001
+
+    new_factory.add_to_graph(tf.compat.v1.get_default_graph())
+    spec = specs["spec"]
+    flat = spec if isinstance(spec, tuple) else (spec,)
+    gen_dataset_ops.one_shot_iterator(dataset_factory=new_factory, output_types=[s.dtype for s in flat],
+                                      output_shapes=[s.shape for s in flat], name=scope + "OneShotIterator")
+    return spec, None
 
 
 def function_names(scratch: graph_pb2.GraphDef, known: dict[str, function_pb2.FunctionDef],
@@ -170,12 +227,12 @@ def rename_functions(attrs, renamed: dict[str, str]) -> None:
 
 def copy_scratch(log: EditLog, scratch: ScratchDataset, library: dict[str, function_pb2.FunctionDef],
                  prefix: str, device: str, *, skip: frozenset[str] = frozenset(),
-                 node_name: Callable[[str], str] = lambda name: name) -> dict[str, str]:
+                 node_name: Callable[[str], str] = lambda name: name) -> tuple[dict[str, str], dict[str, str]]:
     """Records in `log` the scratch graph's functions and nodes (but its placeholders and `skip`).
 
     Each placeholder's readers read the real tensor it stands for; every node gets `device` and the
     name node_name(scratch name). `library`: the functions the graph has, with those added so far
-    (updated here). Returns scratch node name -> the name it got.
+    (updated here). Returns scratch node name -> the name it got, and scratch function name -> its new name.
 
         before:  scratch {SOURCE, s/MapDataset(SOURCE, CAPTURE_0)}, placeholders {SOURCE: "batch", CAPTURE_0: "t"}
         after:   log adds s/MapDataset(batch, t:0) and its function, renamed <prefix>_fn_0
@@ -212,7 +269,7 @@ def copy_scratch(log: EditLog, scratch: ScratchDataset, library: dict[str, funct
         copy.input[:] = inputs
         rename_functions(copy.attr, renamed)
         log.add_node(copy)
-    return names
+    return names, renamed
 
 
 __all__ = ["CAPTURE", "DatasetBody", "SOURCE", "ScratchDataset", "canonical", "copy_scratch", "function_names",

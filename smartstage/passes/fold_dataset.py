@@ -59,6 +59,13 @@ ONE_SHOT_ITERATORS = {"OneShotIterator"}
 # Ops that use an iterator besides its read and its initializers, and leave the elements alone.
 _ITERATOR_USERS = {"IteratorToStringHandle", "SerializeIterator", "DeserializeIterator", "DeleteIterator"}
 _UNMOVABLE_DTYPES = {types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT}
+# Why do_smart_stage_gpu keeps the buffer: stock TensorFlow moves a dataset's elements to a device ahead of
+# the step only through an iterator it makes itself on that device (prefetch_to_device / copy_to_device
+# must be the dataset's last transformation, with the iterator placed on the device), and the user's
+# iterator keeps its name and host placement for its checkpoints. The GPU-resident buffer does it instead.
+GPU_REASON = ("do_smart_stage_gpu: the GPU-resident buffer keeps the host-to-device copy off the step (tf.data's "
+              "prefetch_to_device needs an iterator of its own on the device, and the user's checkpointed "
+              "iterator stays on the host)")
 
 
 @dataclass(frozen=True)
@@ -251,6 +258,10 @@ class FoldDataset:
 
     def run(self, graph_def: graph_pb2.GraphDef, ctx: PassContext) -> PassResult:
         view = ctx.view_of(graph_def)
+        if ctx.options.do_smart_stage_gpu:
+            fits = {s.name: FoldFit(s.name, skipped=GPU_REASON) for s in ctx.stages}
+            return PassResult(graph_def, changed=False, details=fits,
+                              summary=tuple(f"{name}: keeps its buffer and lanes: {GPU_REASON}" for name in fits))
         sides = prefetch_sides(view, ctx.stages)
         fits = {s.name: fold_fit(view, s, sides.side.get(s.name, frozenset()), set(ctx.targets))
                 for s in ctx.stages}
@@ -303,7 +314,7 @@ def fold_stage(log: EditLog, view: GraphView, fit: FoldFit, library: dict[str, f
         dataset = view.raw_inputs(maker)[0]
         scratch = scratch_dataset_graph(view, body, scope + "/", prefetched, source_tensor=dataset,
                                         num_parallel_calls=fit.num_parallel_calls, deterministic=fit.deterministic)
-        names = copy_scratch(log, scratch, library, scope.replace("/", "_"), view.node(maker).device or device)
+        names, _ = copy_scratch(log, scratch, library, scope.replace("/", "_"), view.node(maker).device or device)
         types, shapes = scratch.output_types, scratch.output_shapes
         end = names[parse_tensor_name(scratch.dataset).node]
         inputs = [end, *view.raw_inputs(maker)[1:]]
@@ -343,8 +354,29 @@ def fold_stage(log: EditLog, view: GraphView, fit: FoldFit, library: dict[str, f
 
 def _fold_one_shot(log: EditLog, view: GraphView, fit: FoldFit, body: DatasetBody,
                    library: dict[str, function_pb2.FunctionDef]):
-    """A new dataset_factory for the one-shot iterator: the old factory's dataset, then map and prefetch."""
-    raise NotImplementedError("one-shot iterators are folded in the next commit")
+    """A new dataset_factory for the one-shot iterator: the old factory's dataset, then map and prefetch.
+
+        before:  OneShotIterator(dataset_factory=_make_dataset_1a2b)
+        after:   OneShotIterator(dataset_factory=stage_dataset_fold_fn_0)   (calls _make_dataset_1a2b, then
+                 map(body), prefetch(capacity); a captured table is made inside from its shared_name)
+    """
+    scope = f"{fit.stage}/{SCOPE}/"
+    old = view.node(fit.iterator).attr["dataset_factory"].func.name
+    scratch = scratch_dataset_graph(view, body, scope, lambda dataset: dataset.prefetch(fit.buffer_size),
+                                    num_parallel_calls=fit.num_parallel_calls, deterministic=fit.deterministic,
+                                    factory=old)
+    iterator = next(n for n in scratch.graph_def.node if n.op in ONE_SHOT_ITERATORS)
+    _, renamed = copy_scratch(log, scratch, library, scope.rstrip("/").replace("/", "_"), "",
+                              skip=frozenset({iterator.name}))
+    factory = attr_value_pb2.AttrValue()
+    factory.CopyFrom(iterator.attr["dataset_factory"])
+    factory.func.name = renamed.get(factory.func.name, factory.func.name)
+    log.set_attr(fit.iterator, "dataset_factory", factory)
+    for tensor in fit.captures:  # the factory makes the table from its shared_name: give it one
+        table = view.node(parse_tensor_name(tensor).node)
+        if not table.attr["shared_name"].s:
+            log.set_attr(table.name, "shared_name", attr_value_pb2.AttrValue(s=table.name.encode()))
+    return scratch.output_types, scratch.output_shapes
 
 
 __all__ = ["AUTOTUNE", "FoldDataset", "FoldFit", "SCOPE", "fold_fit", "fold_stage", "read_name"]

@@ -18,7 +18,8 @@ from smartstage.passes import auto_stage
 from smartstage.protos import StageDef
 from smartstage.runtime import staged
 
-AUTO = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), auto_stage=True)
+# These tests check the inserted stage itself: lanes, not the fold into the dataset (tests/passes/test_fold_dataset.py).
+AUTO = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), auto_stage=True, tf_data_stage="lanes")
 
 
 def _dataset(n=8, batch=2):
@@ -76,7 +77,8 @@ def test_the_stage_def_describes_the_inserted_stage_in_the_meta_graph():
     options = ss.AutoStageOptions(capacity=4, num_threads=2, num_clients=3, timeout_millis=1000,
                                   closed_exception_types=(tf.errors.OutOfRangeError, tf.errors.DATA_LOSS),
                                   ignored_exception_types=(tf.errors.UNAVAILABLE,), name="prefetch")
-    result = ss.optimize(one_shot_graph(), ss.enable_smart_stage(tf.compat.v1.ConfigProto(), auto_stage=options))
+    result = ss.optimize(one_shot_graph(), ss.enable_smart_stage(tf.compat.v1.ConfigProto(), auto_stage=options,
+                                                                 tf_data_stage="lanes"))
     (sd,) = ss.runtime.stage_defs_from_meta_graph(result.meta_graph_def)
     assert (sd.name, sd.origin, sd.capacity, sd.num_threads, sd.num_clients, sd.timeout_millis) == (
         "prefetch", "auto", 4, 2, 3, 1000)
@@ -98,7 +100,7 @@ def test_inserted_nodes_are_the_ones_staged_builds():
     with auto.as_default():
         x = tf.compat.v1.data.make_one_shot_iterator(_dataset()).get_next(name="next")
         tf.identity(x, name="y")
-    result = ss.optimize(auto, ss.enable_smart_stage(tf.compat.v1.ConfigProto(),
+    result = ss.optimize(auto, ss.enable_smart_stage(tf.compat.v1.ConfigProto(), tf_data_stage="lanes",
                                                     auto_stage=ss.AutoStageOptions(name="stage")), targets=["y"])
     ignored = ("_output_shapes", "_has_manual_control_dependencies")
     hand_nodes = {n.name: n for n in by_hand.as_graph_def().node if n.name.startswith("stage/")}
@@ -363,8 +365,8 @@ def test_the_cli_takes_auto_stage_for_optimize_explain_and_verify(tmp_path, caps
     src, out = tmp_path / "in.meta", tmp_path / "out.meta"
     src.write_bytes(one_shot_graph().SerializeToString())
     assert main(["optimize", str(src), "-o", str(out), "--auto-stage"]) == 0
-    (sd,) = stage_defs_of(load_graph(str(out)).meta_graph_def)
-    assert (sd.name, sd.origin, list(sd.source_nodes)) == ("smart_stage", "auto", ["next"])
+    # The inserted stage reads a tf.data iterator: it folds into the dataset (fold_dataset), no StageDef is left.
+    assert stage_defs_of(load_graph(str(out)).meta_graph_def) == []
     assert main(["explain", str(src), "Cast", "--auto-stage"]) == 0
     assert "moved to the prefetch side of stage 'smart_stage'" in capsys.readouterr().out
     assert main(["verify", str(src), "--steps", "3", "--auto-stage"]) == 0
