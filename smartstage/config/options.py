@@ -91,6 +91,9 @@ class SmartStageOptions:
     # deterministic map + prefetch (passes/fold_dataset.py; restores exactly, no thread of ours); "lanes"
     # keeps the stage and runs it with the prefetch threads (kept for comparison).
     tf_data_stage: str = "fold"
+    # False: every stage keeps the prefetch side it was built with (no expand_stage); a session with the flag
+    # off runs the passes this way, so that only tf_data_stage="fold" changes its graph (session/session.py).
+    expand: bool = True
 
     @property
     def enabled(self) -> bool:

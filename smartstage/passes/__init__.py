@@ -22,7 +22,7 @@ def passes_for(options) -> list:
         from smartstage.passes.auto_stage import AutoStage
 
         passes.append(AutoStage())
-    passes += [Partition(), ExpandStage()]
+    passes += [Partition(), ExpandStage()] if options.expand else [Partition()]
     if options.tf_data_stage == "fold" and options.input_mode != "tfdata_service" and not options.input_job:
         from smartstage.passes.fold_dataset import FoldDataset
 

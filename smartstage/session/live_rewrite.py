@@ -108,8 +108,10 @@ def _apply(graph: tf.Graph, result) -> LiveRewrite:
     inserted = {s.name: s for s in result.auto_stage.inserted} if result.auto_stage is not None else {}
     folded = folded_stages(result)
     expanded, left = [], []
+    expand_ran = any(r.name == "expand_stage" for r in result.reports)  # not with the flag off (expand=False)
     for partition in result.partitions:
-        if not partition.changes_graph or partition.stage.name in inserted or partition.stage.name in folded:
+        if (not expand_ran or not partition.changes_graph or partition.stage.name in inserted
+                or partition.stage.name in folded):
             continue
         reason = _unsupported(graph, partition)
         if reason:

@@ -32,12 +32,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from dataclasses import replace
 from typing import Any, Iterable
 
 import tensorflow as tf
 
 from smartstage.config.options import SmartStageOptions, options_from_config, to_session_config
 from smartstage.graph.eager import require_graph_mode
+from smartstage.graph.op_types import ITERATOR_READS
 from smartstage.session.fetches import FetchMapper
 from smartstage.session.record import LiveRewrite, live_rewrite_of
 from smartstage.session.live_rewrite import adopt_late_ops, rewrite_live_graph
@@ -57,12 +59,40 @@ def prepare_graph(graph: tf.Graph, options: SmartStageOptions, targets: Iterable
         before:  a staged graph; config with do_smart_stage
         after:   the same tf.Graph with preprocessing behind the stage; live_rewrite_of(graph) describes it
 
-    With the flags off the graph is left alone (a graph an earlier session rewrote stays rewritten,
-    and its record is returned so fetches keep being mapped).
+    With the flags off nothing moves, but a staged() stage whose prefetch side reads a tf.data iterator
+    is folded into the iterator's dataset all the same (tf_data_stage="fold", the default): its own body,
+    what the user put before staged(), becomes the dataset's map, so a restore is exact flag off too. The
+    same passes run without expand_stage (one mechanism: passes/fold_dataset.py). A graph an earlier
+    session rewrote stays rewritten, and its record is returned so fetches keep being mapped.
+
+        before:  staged(parse(iterator.get_next()))                   flag off, tf_data_stage="fold"
+        after:   iterator over dataset.map(parse).prefetch(capacity)  the step reads its IteratorGetNext
     """
     if options.enabled:
         return rewrite_live_graph(graph, options, targets or ())
-    return live_rewrite_of(graph)
+    record = live_rewrite_of(graph)
+    if record is None and options.tf_data_stage == "fold" and _reads_a_dataset(graph):
+        return rewrite_live_graph(graph, replace(options, do_smart_stage=True, expand=False), targets or ())
+    return record
+
+
+def _reads_a_dataset(graph: tf.Graph) -> bool:
+    """Whether a stage of `graph` has an iterator read on its prefetch side (the fold decides the rest)."""
+    for stage_def in stage_defs(graph):
+        try:
+            put = graph.get_operation_by_name(stage_def.put_node)
+        except KeyError:
+            continue
+        seen, todo = set(), [put]
+        while todo:
+            op = todo.pop()
+            if op.type in ITERATOR_READS:
+                return True
+            for source in [t.op for t in op.inputs] + list(op.control_inputs):
+                if source.name not in seen:
+                    seen.add(source.name)
+                    todo.append(source)
+    return False
 
 
 # -- plain Session --------------------------------------------------------------------------------

@@ -46,3 +46,13 @@ def range_input(n: int) -> tf.Tensor:
     """A prefetch-side source yielding 0..n-1, then OutOfRangeError (safe for several threads)."""
     iterator = tf.compat.v1.data.make_one_shot_iterator(tf.data.Dataset.range(n))
     return iterator.get_next()
+
+
+def lanes_config(on: bool = False) -> tf.compat.v1.ConfigProto:
+    """A ConfigProto that keeps a tf.data stage on lanes (tf_data_stage="lanes"; "fold", the default, folds it
+    into its dataset in a SmartStage session), the flag `on` or off."""
+    config = tf.compat.v1.ConfigProto()
+    entry = config.graph_options.rewrite_options.custom_optimizers.add(name="SmartStage")
+    entry.parameter_map["do_smart_stage"].b = on
+    entry.parameter_map["tf_data_stage"].s = b"lanes"
+    return config

@@ -8,6 +8,7 @@ The cases are lopsided on purpose, so the verdict does not depend on this machin
 from __future__ import annotations
 
 import glob
+import threading
 import time
 
 import pytest
@@ -15,7 +16,7 @@ import tensorflow as tf
 
 import smartstage as ss
 from smartstage.runtime.hooks.pipeline_hook import INPUT_BOUND_WAIT, classify
-from tests.runtime.helpers import bounded, range_input
+from tests.runtime.helpers import bounded, lanes_config, range_input
 
 SLEEP = 0.03
 
@@ -42,7 +43,7 @@ def _scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
 def test_a_slow_input_reads_input_bound_with_a_monitored_session(graph, tmp_path):
     y = ss.staged(_slow(range_input(10**6)), capacity=4, num_threads=1)
     hook = ss.make_pipeline_hook(every_n_steps=20, summary_dir=str(tmp_path), sample_every_n_steps=2)
-    with ss.MonitoredTrainingSession(hooks=[ss.make_prefetch_hook(), hook]) as sess:
+    with ss.MonitoredTrainingSession(hooks=[ss.make_prefetch_hook(), hook], config=lanes_config()) as sess:
         got = [int(sess.run(y, options=bounded())) for _ in range(40)]
     assert got == list(range(40))   # watching changes nothing
     report = hook.last_report
@@ -76,7 +77,7 @@ def test_a_slow_step_reads_training_bound_with_a_plain_session(graph, tmp_path):
 def test_settings_in_force_name_autotune_with_a_smartstage_session(graph):
     y = ss.staged(range_input(10**6))
     hook = ss.make_pipeline_hook(every_n_steps=10, log=False)
-    with ss.Session(graph=graph) as sess:   # starts its prefetch threads itself; the hook finds them
+    with ss.Session(graph=graph, config=lanes_config()) as sess:   # starts its prefetch threads; the hook finds them
         for _ in range(10):
             hook.run(sess, y, options=bounded())
     report = hook.last_report
@@ -149,3 +150,21 @@ def test_a_folded_stage_gets_a_verdict_from_the_step_trace_alone(graph, monkeypa
     assert (report.lanes, report.capacity, report.occupancy) == (1, 3, None)
     assert "folded into the dataset: map parallelism=1 prefetch=3" in report.line
     assert report.line.startswith(f"stage 'stage' @ step 40: {verdict}: the step waits")
+
+
+def test_a_stage_the_session_folded_reads_input_bound_flag_off(graph, monkeypatch):
+    """staged() on a tf.data iterator, flag off: the session folds the stage into its dataset (no thread, no
+    StageDef); the hook still says the input is the limit, from the step's trace, one run a step."""
+    iterator = tf.compat.v1.data.make_initializable_iterator(tf.data.Dataset.range(10**6))
+    y = ss.staged(_slow(iterator.get_next()), capacity=3, num_threads=1)
+    hook = ss.make_pipeline_hook(every_n_steps=20, log=False, sample_every_n_steps=2)
+    scaffold = tf.compat.v1.train.Scaffold(local_init_op=iterator.initializer)
+    with ss.MonitoredTrainingSession(hooks=[ss.make_prefetch_hook(), hook], scaffold=scaffold) as sess:
+        assert ss.stage_defs(graph) == [] and [t for t in threading.enumerate() if "smartstage" in t.name] == []
+        counter = _RunCounter(monkeypatch)
+        got = [int(sess.run(y, options=bounded())) for _ in range(40)]
+    assert got == list(range(40))
+    assert counter.calls == 40
+    report = hook.reports["stage"]
+    assert report.folded and report.verdict == "input-bound", report.line
+    assert (report.lanes, report.capacity) == (1, 3)

@@ -1,6 +1,7 @@
-"""With the flag on, a stage with several threads runs its ordered lanes in every session kind: the live
-rewrite never mistakes the runtime's lane ops (built by the prefetch hook's begin() after the rewrite)
-for late main-side readers, and the values stay those of the flag-off run."""
+"""With tf_data_stage="lanes" (a tf.data stage is folded into its dataset otherwise), a stage with several
+threads runs its ordered lanes in every session kind, flag on and off: the live rewrite never mistakes the
+runtime's lane ops (built by the prefetch hook's begin() after the rewrite) for late main-side readers, and
+the values stay those of the flag-off run."""
 
 from __future__ import annotations
 
@@ -13,9 +14,18 @@ import tensorflow as tf
 import smartstage as ss
 from smartstage.session.monitored import MonitoredTrainingSession
 from tests.runtime.helpers import wait_until
-from tests.session.graphs import bounded, flag, small_model
+from tests.session.graphs import bounded, small_model
 
 STEPS = 6
+
+
+def flag(on: bool) -> tf.compat.v1.ConfigProto:
+    """The flag on or off, with the tf.data stage on lanes."""
+    config = tf.compat.v1.ConfigProto()
+    entry = config.graph_options.rewrite_options.custom_optimizers.add(name="SmartStage")
+    entry.parameter_map["do_smart_stage"].b = on
+    entry.parameter_map["tf_data_stage"].s = b"lanes"
+    return config
 
 
 def _monitored_losses(on: bool, caplog) -> tuple[list, list]:
