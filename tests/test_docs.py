@@ -88,17 +88,28 @@ def test_readme_is_a_front_page():
         assert section in text, f"README.md has no {section!r}"
 
 
+def anchors(page: Path) -> set[str]:
+    """The heading anchors GitHub gives a Markdown page: lower case, punctuation dropped, spaces to hyphens."""
+    slugs = set()
+    for heading in re.findall(r"^#+ (.+)$", FENCE.sub("", page.read_text()), re.MULTILINE):
+        slugs.add(re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-"))
+    return slugs
+
+
 @pytest.mark.parametrize("page", [*PAGES, *sorted((ROOT / "docs" / "perf").glob("*.md"))],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(page: Path):
     missing = []
     for target in LINK.findall(prose(page.read_text())):
-        if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+        if re.match(r"^[a-z]+:", target):
             continue
-        path = target.split("#", 1)[0]
-        if path and not (page.parent / path).exists():
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path) if path else page
+        if not file.exists():
             missing.append(target)
-    assert not missing, f"{page.relative_to(ROOT)} links to files that do not exist: {missing}"
+        elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+            missing.append(target)
+    assert not missing, f"{page.relative_to(ROOT)} links to files or headings that do not exist: {missing}"
 
 
 def test_api_reference_builds(tmp_path: Path):
@@ -155,3 +166,9 @@ def test_accelerator_plot_renders_from_a_small_result(tmp_path: Path):
     assert plots.plot_tf2(tf2, tmp_path / "tf2.png").stat().st_size > 0
     with pytest.raises(plots.PlotError):
         plots.plot_accelerator({"workloads": []}, tmp_path / "empty.png")
+
+
+def test_anchors_are_githubs():
+    slugs = anchors(ROOT / "README.md")
+    assert {"when-it-helps-and-when-it-does-not", "three-ways-in", "quick-start"} <= slugs
+    assert "my-checkpoint-restore-skips-or-repeats-records" in anchors(ROOT / "docs" / "troubleshooting.md")
