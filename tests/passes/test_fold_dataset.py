@@ -1,0 +1,222 @@
+"""The fold_dataset pass on small graphs: what folds into the dataset, what stays and why, and the values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import smartstage as ss
+from smartstage.errors import ConfigError
+from smartstage.passes.fold_dataset import SCOPE, FoldFit
+
+READ = f"stage/{SCOPE}/IteratorGetNext"
+ROWS, BATCH = 40, 4
+
+
+def _rows():
+    return tf.data.Dataset.range(ROWS).map(
+        lambda i: {"id": tf.strings.as_string(i % 5), "x": tf.cast(i, tf.float32)}).batch(BATCH)
+
+
+def _table():
+    return tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(["1", "2"], [1, 2], key_dtype=tf.string, value_dtype=tf.int64), 0)
+
+
+def lookup_graph(form="initializable", body=None, capacity=4, num_threads=1, staged_body=None):
+    #   range -> map -> batch ==MakeIterator==> IteratorV2 -> IteratorGetNext -> put ~~ take
+    #   take["x"] -> sqrt ----------------------\
+    #   take["id"] -> lookup(table) -> cast ---> add -> mul(w) -> loss -> train
+    # expand_stage moves sqrt, lookup, cast and add to the prefetch side; the fold puts them in the map.
+    graph = tf.Graph()
+    with graph.as_default():
+        if form == "initializable":
+            iterator = tf.compat.v1.data.make_initializable_iterator(_rows())
+        elif form == "one_shot":
+            iterator = tf.compat.v1.data.make_one_shot_iterator(_rows())
+        else:  # DeepRec's reinitializable iterator: one structure, a train and an eval dataset
+            train = _rows()
+            iterator = tf.compat.v1.data.Iterator.from_structure(tf.compat.v1.data.get_output_types(train),
+                                                                 tf.compat.v1.data.get_output_shapes(train))
+            tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TABLE_INITIALIZERS,
+                                           iterator.make_initializer(train, name="train_init"))
+            iterator.make_initializer(_rows().skip(2), name="eval_init")
+        features = iterator.get_next()
+        if staged_body is not None:  # work the user put on the prefetch side with staged()
+            features = dict(features, x=staged_body(features))
+        features = ss.staged(features, capacity=capacity, num_threads=num_threads)
+        table = _table()
+        x = (body or (lambda f: tf.sqrt(f["x"]) + tf.cast(table.lookup(f["id"]), tf.float32)))(features)
+        w = tf.compat.v1.get_variable("w", [], initializer=tf.compat.v1.ones_initializer())
+        loss = tf.reduce_sum(x * w, name="loss")
+        tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, name="train")
+        if form == "initializable":
+            tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TABLE_INITIALIZERS, iterator.initializer)
+        return tf.compat.v1.train.export_meta_graph(graph=graph)
+
+
+def optimized(meta, **options):
+    return ss.optimize(meta, ss.enable_smart_stage(tf.compat.v1.ConfigProto()), targets=["train", "loss"], **options)
+
+
+def fold_report(result):
+    (report,) = [r for r in result.reports if r.name == "fold_dataset"]
+    return report
+
+
+def nodes_of(result):
+    return {n.name: n for n in result.graph_def.node}
+
+
+def test_the_moved_work_becomes_the_datasets_map_and_the_step_reads_the_iterator():
+    result = optimized(lookup_graph())
+    report = fold_report(result)
+    fit = report.details["stage"]
+    assert report.changed and fit.folds
+    assert (fit.read, fit.iterator, fit.makers, fit.one_shot) == ("IteratorGetNext", "IteratorV2", ("MakeIterator",),
+                                                                  False)
+    assert set(fit.body) == {"Const", "hash_table_Lookup/LookupTableFindV2", "Sqrt", "Cast", "add"}
+    assert (fit.captures, fit.outputs) == (("hash_table:0",), ("add:0",))
+    assert (fit.num_parallel_calls, fit.buffer_size, fit.deterministic) == (1, 4, True)
+    nodes = nodes_of(result)
+    mapped = nodes[f"stage/{SCOPE}/ParallelMapDatasetV2"]
+    assert mapped.input == ["BatchDatasetV2", "hash_table:0", f"stage/{SCOPE}/num_parallel_calls"]
+    assert mapped.attr["deterministic"].s == b"true"
+    assert nodes[f"stage/{SCOPE}/PrefetchDataset"].input[0] == mapped.name
+    assert nodes["MakeIterator"].input == [f"stage/{SCOPE}/PrefetchDataset", "IteratorV2"]
+    assert nodes[READ].input == ["IteratorV2"]
+    assert list(nodes["IteratorV2"].attr["output_types"].list.type) == [tf.float32.as_datatype_enum]
+    assert nodes["mul"].input[0] == READ
+    gone = {"stage/buffer", "stage/put", "stage/take", "stage/close", "stage/cancel", "stage/size", "stage/is_closed",
+            "stage/ready_buffer", "stage/ready_put", "stage/ready_check", "stage/ready_token", "IteratorGetNext",
+            "Sqrt", "add", "Cast", "hash_table_Lookup/LookupTableFindV2"}
+    assert not gone & set(nodes)
+    assert {"hash_table", "IteratorV2", "MakeIterator", "w"} <= set(nodes)  # user state and names kept
+    assert ss.runtime.stage_defs_from_meta_graph(result.meta_graph_def) == []  # no runtime starts threads
+    with tf.Graph().as_default():  # every input resolves, every function exists
+        tf.compat.v1.train.import_meta_graph(result.meta_graph_def)
+
+
+@pytest.mark.parametrize("form", ["initializable", "one_shot", "reinitializable"])
+def test_every_iterator_form_folds_and_optimizing_twice_gives_the_same_graph(form):
+    meta = lookup_graph(form)
+    first, second = optimized(meta), optimized(meta)
+    fit = fold_report(first).details["stage"]
+    assert fit.folds, fit.skipped
+    assert first.graph_def == second.graph_def  # scratch function names do not depend on the process
+    nodes = nodes_of(first)
+    if form == "one_shot":
+        factory = nodes["OneShotIterator"].attr["dataset_factory"].func.name
+        assert factory.startswith(f"stage_{SCOPE}_fn_") and fit.makers == ()
+    elif form == "reinitializable":  # every dataset that initializes the iterator gets the same map
+        assert fit.makers == ("train_init", "eval_init")
+        assert nodes["train_init"].input[0] == f"stage/{SCOPE}/PrefetchDataset"
+        assert nodes["eval_init"].input[0] == f"stage/{SCOPE}_1/PrefetchDataset"
+
+
+def _random(f):
+    return f["x"] + tf.random.uniform([BATCH])
+
+
+def _mutable(f):
+    table = tf.lookup.experimental.MutableHashTable(tf.string, tf.int64, 0)
+    return f["x"] + tf.cast(table.lookup(f["id"]), tf.float32)
+
+
+def _stateful_py_func(f):
+    return tf.compat.v1.py_func(lambda x: x * 2, [f["x"]], tf.float32, stateful=True)
+
+
+@pytest.mark.parametrize("body, named", [
+    (_random, "RandomUniform"),
+    (_mutable, "MutableHashTable"),
+    (_stateful_py_func, "PyFunc"),
+])
+def test_a_stage_the_map_cannot_carry_keeps_its_buffer_and_the_reason_names_the_node(body, named):
+    #   IteratorGetNext -> <stateful op> -> put ~~ take -> ... -> loss     (staged() put it on the prefetch side)
+    result = optimized(lookup_graph(staged_body=body))
+    report = fold_report(result)
+    fit = report.details["stage"]
+    (line,) = report.summary
+    assert not fit.folds and named in fit.skipped and line.startswith("stage: keeps its buffer and lanes: "), line
+    assert "stage/put" in nodes_of(result) and ss.runtime.stage_defs_from_meta_graph(result.meta_graph_def)
+
+
+def test_lanes_stay_selectable_and_the_option_is_checked():
+    result = optimized(lookup_graph(), tf_data_stage="lanes")
+    assert "fold_dataset" not in result.passes and "stage/put" in nodes_of(result)
+    config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), tf_data_stage="lanes")
+    assert ss.options_from_config(config).tf_data_stage == "lanes"
+    assert ss.options_from_config(None).tf_data_stage == "fold"
+    config.graph_options.rewrite_options.custom_optimizers[0].parameter_map["tf_data_stage"].s = b"threads"
+    with pytest.raises(ConfigError, match="'tf_data_stage' must be one of \\['fold', 'lanes'\\], not 'threads'"):
+        ss.options_from_config(config)
+    with pytest.raises(ConfigError, match="tf_data_stage has no DeepRec spelling"):
+        ss.enable_smart_stage(ss.ConfigProto(), tf_data_stage="lanes")
+
+
+def test_a_stage_with_a_feed_dict_is_not_folded():
+    #   IteratorGetNext -> mul(scale placeholder, fed from a constant per put) -> put ~~ take -> loss
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.data.make_initializable_iterator(_rows()).get_next()["x"]
+        scale = tf.compat.v1.placeholder(tf.float32, [], name="scale")
+        staged = ss.staged(x * scale, feed_dict={scale: 2.0}, capacity=2, num_threads=1)
+        tf.identity(staged, name="loss")
+        meta = tf.compat.v1.train.export_meta_graph(graph=graph)
+    result = ss.optimize(meta, ss.enable_smart_stage(tf.compat.v1.ConfigProto()), targets=["loss"])
+    assert "feed_dict" in fold_report(result).details["stage"].skipped
+
+
+def test_gpu_keeps_the_gpu_resident_buffer():
+    result = ss.optimize(lookup_graph(), ss.enable_smart_stage(tf.compat.v1.ConfigProto(), gpu=True),
+                         targets=["train", "loss"])
+    fit = fold_report(result).details["stage"]
+    assert isinstance(fit, FoldFit) and "do_smart_stage_gpu" in fit.skipped
+    assert "stage/put" in nodes_of(result)
+
+
+# -- values: the optimized graph in a plain session against the stage run by its prefetch threads ----------
+
+
+def run_flag_off(meta, steps):
+    """The unoptimized graph: staged() run by SmartStage's prefetch threads (flag off)."""
+    with tf.Graph().as_default() as graph:
+        tf.compat.v1.train.import_meta_graph(meta)
+        with tf.compat.v1.Session() as sess:
+            _initialize(sess, graph)
+            threads = ss.start_prefetch_threads(sess)
+            try:
+                return [sess.run(["loss:0", "train"])[0] for _ in range(steps)]
+            finally:
+                threads.stop()
+
+
+def run_plain(meta, steps):
+    """A graph that needs nothing of SmartStage: a plain Session, initializers, steps."""
+    with tf.Graph().as_default() as graph:
+        tf.compat.v1.train.import_meta_graph(meta)
+        with tf.compat.v1.Session() as sess:
+            _initialize(sess, graph)
+            values = [sess.run(["loss:0", "train"])[0] for _ in range(steps)]
+            with pytest.raises(tf.errors.OutOfRangeError):  # every batch trained once, then the end of input
+                sess.run("loss:0")
+            return values
+
+
+def _initialize(sess, graph):
+    sess.run([tf.compat.v1.global_variables_initializer(),
+              *graph.get_collection(tf.compat.v1.GraphKeys.TABLE_INITIALIZERS)])
+
+
+@pytest.mark.parametrize("num_threads", [1, 4])
+@pytest.mark.parametrize("capacity", [4, 40])
+@pytest.mark.parametrize("form", ["initializable", "one_shot"])
+def test_every_step_is_identical_to_the_flag_off_run(form, num_threads, capacity):
+    meta = lookup_graph(form, capacity=capacity, num_threads=num_threads)
+    result = optimized(meta)
+    fit = fold_report(result).details["stage"]
+    assert (fit.num_parallel_calls, fit.buffer_size) == (num_threads, capacity)
+    steps = ROWS // BATCH
+    np.testing.assert_array_equal(run_plain(result.meta_graph_def, steps), run_flag_off(meta, steps))
