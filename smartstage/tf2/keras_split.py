@@ -30,8 +30,9 @@ from smartstage.tf2.trace import trace_step
 
 logger = logging.getLogger(__name__)
 
-# Pins that do not keep a layer in the model: its outputs are the traced step's outputs.
-_OUTPUT_PINS = ("target", "fetched_directly")
+# Pins that do not keep a layer in the model: its outputs are the traced call's outputs, and a cheap op the
+# cut-cost rule recomputes on the main side of the call alone moves with its layer (the layer's output crosses).
+_OUTPUT_PINS = ("target", "fetched_directly", "recompute")
 
 
 @dataclass(frozen=True)
