@@ -103,8 +103,9 @@ def accelerator_fractions(result: dict[str, Any]) -> dict[str, dict[str, list[tu
         bare = [b.get("bare") if b else None for b in bounds]
         per_model = out.setdefault(workload["model"], {})
         device_ms = float(workload["device_ms"])
-        names = [name for name, _, _ in ACCELERATOR_LINES]
-        for name in names:
+        known = [name for name, _, _ in ACCELERATOR_LINES]
+        others = sorted({key.split(" [")[0] for key in entry.get("samples", {})} - set(known))
+        for name in known + others:
             key = _setting_key(entry.get("samples", {}), name)
             if key is None:
                 continue
@@ -129,10 +130,14 @@ def accelerator_figure(result: dict[str, Any]):
     plt = _pyplot()
     fractions = accelerator_fractions(result)
     models = sorted(fractions)
+    cores = result.get("machine", {}).get("cores") if isinstance(result, dict) else None
     fig, axes = plt.subplots(1, len(models), figsize=(5.4 * len(models), 4.2), squeeze=False, sharey=True)
     for ax, model in zip(axes[0], models):
         lines = fractions[model]
-        for name, label, style in ACCELERATOR_LINES:
+        # The known configurations in their order and styles, then any other the run measured, by name.
+        extra = [(name, name.replace("_", " "), "-") for name in sorted(lines)
+                 if name != "cpu_bound" and name not in {n for n, _, _ in ACCELERATOR_LINES}]
+        for name, label, style in (*ACCELERATOR_LINES, *extra):
             points = lines.get(name)
             if not points:
                 continue
@@ -145,7 +150,7 @@ def accelerator_figure(result: dict[str, Any]):
         if lines.get("cpu_bound"):
             xs = [p[0] for p in lines["cpu_bound"]]
             ax.plot(xs, [min(p[1].median, 1.0) for p in lines["cpu_bound"]], color="grey", linewidth=6, alpha=0.25,
-                    label="limit: min(bare step, 2-core CPU bound)")
+                    label=f"limit: min(bare step, {f'{cores}-core ' if cores else ''}CPU bound)")
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xscale("log")
         ax.set_xticks(sorted({p[0] for pts in lines.values() for p in pts}))

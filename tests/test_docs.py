@@ -148,7 +148,8 @@ def test_accelerator_plot_renders_from_a_small_result(tmp_path: Path):
         run = [{"steps_per_sec": smart}, {"steps_per_sec": smart * 1.1}, None]
         return {"workload": {"model": model, "device_ms": device_ms},
                 "samples": {"no_stage [AUTOTUNE (defaults)]": [{"steps_per_sec": 40.0}] * 3,
-                            "smart [AUTOTUNE (defaults)]": run},
+                            "smart [AUTOTUNE (defaults)]": run,
+                            "smart_lanes [AUTOTUNE (defaults)]": run},  # a configuration the plot does not know
                 "bounds": [{"bare": 100.0, "cpu_bound": 150.0}] * 3}
 
     result = {"command": "python -m benchmarks.e2e --accelerator --publish", "machine": {"date": "2026-01-01"},
@@ -157,6 +158,7 @@ def test_accelerator_plot_renders_from_a_small_result(tmp_path: Path):
     assert [p[0] for p in fractions["dlrm"]["smart"]] == [5.0, 20.0]
     assert fractions["dlrm"]["smart"][0][1].median == pytest.approx(0.63)
     assert fractions["dlrm"]["cpu_bound"][0][1].median == pytest.approx(1.5)
+    assert [p[0] for p in fractions["wide_deep"]["smart_lanes"]] == [5.0, 20.0]
     path = plots.plot_accelerator(result, tmp_path / "accelerator.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
