@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2, types_pb2
 
+from smartstage.config.error_codes import OUT_OF_RANGE
 from smartstage.graph.edits import EditLog, apply_to_graph_def, dedupe_controls
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.op_types import (FEED_OPS, ITERATOR_READS, ORDER_FREE_STATEFUL_OPS, QUEUE_READS,
@@ -113,6 +114,12 @@ def fold_fit(view: GraphView, stage: StageBoundary, side: frozenset[str], target
     stage_def = stage.stage_def
     if stage_def is not None and stage_def.feeds:
         return skip(f"the stage has a feed_dict ({stage_def.feeds[0].placeholder}): its prefetch side is fed per batch")
+    # A dataset ends only on OutOfRange and has no per-type error policy: other closed or ignored error
+    # types keep their meaning on the lanes only.
+    if stage_def is not None and (set(stage_def.closed_error_codes) - {OUT_OF_RANGE} or stage_def.ignored_error_codes):
+        return skip(f"the stage closes on error codes {sorted(stage_def.closed_error_codes)} and ignores "
+                    f"{sorted(stage_def.ignored_error_codes)}: a dataset ends on OutOfRange only and ignores no "
+                    "error type; only the lanes keep that policy")
     other = sorted(n for n in side if view.op(n) in QUEUE_READS | READER_READS)
     reads = sorted(n for n in side if view.op(n) in ITERATOR_READS)
     if other or len(reads) != 1:

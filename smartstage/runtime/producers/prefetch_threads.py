@@ -42,6 +42,7 @@ import tensorflow as tf
 from smartstage.errors import StageRuntimeError
 from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.stage.metadata import stage_defs
+from smartstage.runtime.stage.saved_inputs import warn_saved_iterators
 from smartstage.runtime.tuning.autotune import PipelineStats, TuningDecision
 from smartstage.runtime.producers.stage_threads import StageThreads
 
@@ -353,5 +354,6 @@ def start_prefetch_threads(
                 )
     if not chosen:
         logger.info("start_prefetch_threads(): the session's graph has no stage; nothing to start")
+    warn_saved_iterators(sess.graph, chosen)
     return PrefetchThreads(sess, chosen, coord).start()
 
