@@ -40,3 +40,59 @@ def test_lanes_lose_what_their_buffer_held(tmp_path, mode, threads, capacity):
     assert counts.resumed_ended and counts.repeated == [], counts.describe()
     # The buffer held at least `capacity` batches of 4 records ahead of the checkpointed step.
     assert len(counts.lost) >= 4 * min(capacity, 4), counts.describe()
+
+
+def _chain(tmp_path, mode: str, tf_data_stage: str = "") -> tuple[list[int], int]:
+    """One process: train 33 steps (checkpoint at the end), evaluate in a session of its own that restores it,
+    then train from the checkpoint to the end of input; every record id the two training sessions trained."""
+    import argparse
+
+    import tensorflow as tf
+
+    import smartstage as ss
+    from tests.runtime import restore_job
+    from tests.runtime.helpers import bounded
+
+    args = argparse.Namespace(mode=mode, threads=4, capacity=8, records=200, batch=4, tf_data_stage=tf_data_stage)
+    trained: list[int] = []
+    graph = tf.Graph()
+    with graph.as_default():
+        trained_ids, step_after, iterator = restore_job.build(args)
+        weights = [v for v in tf.compat.v1.global_variables() if v.op.name == "w"][0]
+        scaffold = tf.compat.v1.train.Scaffold(
+            init_op=tf.group(tf.compat.v1.global_variables_initializer(), iterator.initializer),
+            local_init_op=tf.group(tf.compat.v1.local_variables_initializer(), tf.compat.v1.tables_initializer()))
+        checkpoints = str(tmp_path / "ckpt")
+
+        def train(steps: int | None) -> None:
+            with ss.MonitoredTrainingSession(checkpoint_dir=checkpoints, scaffold=scaffold,
+                                             hooks=[ss.make_prefetch_hook()], config=restore_job._config(args),
+                                             save_checkpoint_steps=1000, save_checkpoint_secs=None,
+                                             save_summaries_steps=None, save_summaries_secs=None,
+                                             log_step_count_steps=None) as sess:
+                while not sess.should_stop() and (steps is None or steps > 0):
+                    ids, _ = sess.run([trained_ids, step_after], options=bounded())
+                    trained.extend(int(i) for i in ids)
+                    steps = None if steps is None else steps - 1
+
+        train(33)    # the checkpoint hook saves step 33 when the session closes
+        saved = tf.train.latest_checkpoint(checkpoints)
+        with ss.Session(graph=graph, config=restore_job._config(args)) as evaluation:
+            scaffold.saver.restore(evaluation, saved)
+            evaluated = evaluation.run(weights)
+        train(None)  # restores step 33 and the iterator, trains to the end of input
+        with ss.Session(graph=graph, config=restore_job._config(args)) as evaluation:
+            scaffold.saver.restore(evaluation, tf.train.latest_checkpoint(checkpoints))
+            assert (evaluation.run(weights) != evaluated).any()   # the second training session trained from it
+    return trained, args.records
+
+
+@pytest.mark.parametrize("mode", ["off", "on"])
+def test_sessions_of_one_graph_restore_each_other_exactly(tmp_path, mode):
+    trained, records = _chain(tmp_path, mode)
+    assert sorted(trained) == list(range(records))
+
+
+def test_sessions_of_one_graph_on_lanes_lose_what_the_buffer_held(tmp_path):
+    trained, records = _chain(tmp_path, "off", tf_data_stage="lanes")
+    assert len(set(trained)) == len(trained) and len(trained) < records
