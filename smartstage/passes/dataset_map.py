@@ -267,6 +267,16 @@ def copy_scratch(log: EditLog, scratch: ScratchDataset, library: dict[str, funct
             else:
                 inputs.append(raw)
         copy.input[:] = inputs
+        if "_class" in copy.attr:  # colocation: with what the stand-in stands for, or the renamed scratch node
+            located = []
+            for entry in copy.attr["_class"].list.s:
+                target = entry[len(b"loc:@"):].decode() if entry.startswith(b"loc:@") else None
+                if target in scratch.placeholders:
+                    target = parse_tensor_name(scratch.placeholders[target]).node
+                elif target in names:
+                    target = names[target]
+                located.append(entry if target is None else b"loc:@" + target.encode())
+            copy.attr["_class"].list.s[:] = located
         rename_functions(copy.attr, renamed)
         log.add_node(copy)
     return names, renamed

@@ -323,6 +323,12 @@ def _import(graph: tf.Graph, nodes: list[node_def_pb2.NodeDef], functions: list)
             copy.input.append(raw)
             if not t.is_control and t.node not in names:
                 input_map[f"{t.node}:{t.port}"] = _tensor(graph, raw)
+        if "_class" in copy.attr:  # colocation with a live op cannot be imported; the device is set below
+            located = [c for c in copy.attr["_class"].list.s if not c.startswith(b"loc:@") or c[5:].decode() in names]
+            if located:
+                copy.attr["_class"].list.s[:] = located
+            else:
+                del copy.attr["_class"]
     with graph.as_default(), graph.device(None), graph.control_dependencies(None), graph.name_scope(None), \
             graph.colocate_with(None, ignore_existing=True):
         tf.graph_util.import_graph_def(graph_def, input_map=input_map or None, name="")
