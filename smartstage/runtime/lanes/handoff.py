@@ -5,8 +5,7 @@
 
 The lanes need a copy of the body for that (a fed tensor can be replaced by a value, not by another
 tensor): the ops of the prefetch side outside the head that depend on the head's values are imported
-once under `lane_0/body/` (build_keyed_hand_off; build_hand_off: once per lane under `lane_<i>/body/`,
-reading lane i's input queue), reading the staged values where the original reads the head, and the
+once under `lane_0/body/` (build_keyed_hand_off), reading the staged values where the original reads the head, and the
 original tensors everywhere else (a table's handle, a constant, a stateless op that does not depend on
 the batch). The copy computes exactly what the original computes from the same values, and a batch
 runs it once, so no op runs more or fewer times per batch than without lanes. Stateful ops are all in
@@ -34,13 +33,13 @@ from smartstage.graph.stage_names import LANE_HAND_IN, LANE_INPUT_DISCARD, LANE_
 
 @dataclass(frozen=True)
 class HandOff:
-    """Lane i's input: the head's enqueue of the cut, and the lane's copies of the put's inputs."""
+    """The lanes' input: the head's staging of the cut, and the body copy's values of the put's inputs."""
 
-    hand_in: tf.Operation             # head run: cut -> lane input queue
+    hand_in: tf.Operation             # head run: cut -> the input map, under the batch's ticket
     values: list[tf.Tensor]           # the put's inputs as the lane computes them
     waits: list[tf.Operation]         # the put's control inputs, copied where the body has them
-    size: tf.Tensor                   # batches waiting in the input queue
-    discard: tf.Operation             # drops one (re-initialisation)
+    size: tf.Tensor                   # batches waiting in the input map
+    discard: tf.Operation             # drops what waits (re-initialisation)
 
 
 def body_to_copy(put: tf.Operation, head_ops: frozenset[str], cut: tuple[tf.Tensor, ...]) -> list[tf.Operation]:
@@ -178,24 +177,6 @@ def copy_refusal(ops: list[tf.Operation]) -> str:
     return _loop_crossing(ops) or _import_refusal(ops)
 
 
-def build_hand_off(put: tf.Operation, ops: list[tf.Operation], cut: tuple[tf.Tensor, ...],
-                   waits: list[tf.Operation]) -> HandOff:
-    """A lane's input queue, the head's enqueue into it, and the lane's copy of `ops` (under `body/`),
-    built in the current name scope (the lane's)."""
-    dtypes = [t.dtype.base_dtype for t in cut]
-    shapes = [t.shape for t in cut]
-    queue = gen_data_flow_ops.fifo_queue_v2(
-        component_types=dtypes, shapes=shapes if all(s.is_fully_defined() for s in shapes) else [],
-        capacity=1, name="input")
-    hand_in = gen_data_flow_ops.queue_enqueue_v2(queue, list(cut), name=LANE_HAND_IN)
-    taken = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name="take_input")
-    taken = list(taken) if isinstance(taken, (list, tuple)) else [taken]
-    size = gen_data_flow_ops.queue_size_v2(queue, name=LANE_INPUT_SIZE)
-    discard = gen_data_flow_ops.queue_dequeue_v2(queue, component_types=dtypes, name=LANE_INPUT_DISCARD)
-    discard = (discard[0] if isinstance(discard, (list, tuple)) else discard).op
-    return _hand_off(put, ops, cut, waits, taken, (hand_in, size, discard))
-
-
 def _hand_off(put: tf.Operation, ops: list[tf.Operation], cut: tuple[tf.Tensor, ...], waits: list[tf.Operation],
               taken: list[tf.Tensor], queue_ops: tuple) -> HandOff:
     """The copy of `ops` reading `taken` where the originals read `cut`, and the HandOff around it."""
@@ -232,4 +213,4 @@ def build_keyed_hand_off(put: tf.Operation, ops: list[tf.Operation], cut: tuple[
     return _hand_off(put, ops, cut, waits, list(taken), (hand_in, size, discard))
 
 
-__all__ = ["HandOff", "body_to_copy", "build_hand_off", "build_keyed_hand_off", "copy_refusal"]
+__all__ = ["HandOff", "body_to_copy", "build_keyed_hand_off", "copy_refusal"]

@@ -38,13 +38,12 @@ from smartstage.graph.stage_names import (BATCH_BYTES, HEAD_TARGETS, LANE_DISCAR
                                           lane_scope)
 from smartstage.runtime.stage.settings import StageSettings
 from smartstage.runtime.lanes.batch_bytes import bytes_of_batch
-from smartstage.runtime.lanes.handoff import body_to_copy, build_hand_off, build_keyed_hand_off, copy_refusal
+from smartstage.runtime.lanes.handoff import body_to_copy, build_keyed_hand_off, copy_refusal
 from smartstage.runtime.lanes.split import PrefetchSplit, split_prefetch_side
 
 logger = logging.getLogger(__name__)
 
 TICKET = "ticket"        # shared lanes' placeholder of the batch's ticket (lane_0/ticket)
-SHARED_LANES = True      # False: the per-lane design (a queue, a hand-in and a body copy per lane)
 
 
 
@@ -57,11 +56,12 @@ class Lane:
     occupancy: tf.Tensor     # the stage buffer's size right after this lane's move
     size: tf.Tensor          # batches waiting in this lane's queue
     discard: tf.Operation    # dequeues one batch and drops it (re-initialisation)
-    hand_in: tf.Operation | None = None        # the head's enqueue into this lane (runtime/lanes/handoff.py) ...
+    # Shared lanes only (None: the head's values are fed to the lane's run, or it hands nothing over):
+    hand_in: tf.Operation | None = None        # the head's staging of a batch under its ticket (handoff.py) ...
     input_size: tf.Tensor | None = None        # ... the batches waiting for the body ...
-    input_discard: tf.Operation | None = None  # ... and the drop of one (None: the head's values are fed)
-    batch_bytes: tf.Tensor | None = None       # bytes of the batch this lane's copy computes
-    ticket: tf.Tensor | None = None  # shared lanes: every run of the lane feeds its batch's ticket here
+    input_discard: tf.Operation | None = None  # ... and their drop (re-initialisation)
+    batch_bytes: tf.Tensor | None = None       # bytes of the batch the body copy computes
+    ticket: tf.Tensor | None = None            # every run of the lane feeds its batch's ticket here
 
 
 @dataclass(frozen=True)
@@ -114,9 +114,9 @@ def _existing(graph: tf.Graph, scope: str, put: tf.Operation, count: int) -> Lan
         return None
     inputs = tuple(t.name for t in put.inputs[1:])
     split = split_prefetch_side(put)
-    try:  # a lane with its own body copy (shared lanes: one for all): built for the same head values
+    try:  # shared lanes (one body copy): built for the same head values (MapStage(key, indices, *values))
         hand_in = graph.get_operation_by_name(first.hand_in)
-        built_for = tuple(t.name for t in hand_in.inputs[2 if hand_in.type == "MapStage" else 1:])
+        built_for = tuple(t.name for t in hand_in.inputs[2:])
         expected = tuple(t.name for t in split.cut)
     except KeyError:
         built_for, expected = tuple(t.name for t in marker.inputs[1:]), inputs
@@ -190,23 +190,6 @@ def build_shared_lane(put: tf.Operation, split: PrefetchSplit, body: list[tf.Ope
                 input_discard=hand.discard, batch_bytes=batch_bytes, ticket=ticket)
 
 
-def _lane(index: int, put: tf.Operation, split: PrefetchSplit, body: list[tf.Operation] | None, buffer: tf.Tensor,
-          components: list[tf.Tensor], waits: list[tf.Operation]) -> Lane:
-    """Lane `index`, with its own copy of `body` fed by the head inside TensorFlow when the head hands
-    anything over (runtime/lanes/handoff.py; `body` is None when it hands nothing); otherwise the body's run
-    reads the originals."""
-    if body is None:
-        return build_lane(index, buffer, components, waits)
-    with tf.compat.v1.name_scope(lane_scope(index)) as scope:
-        hand = build_hand_off(put, body, split.cut, waits)
-        with tf.compat.v1.name_scope("bytes"):  # tf.size's "Size" would take the lane's "size" (names ignore case)
-            total = bytes_of_batch(hand.values)
-        batch_bytes = tf.identity(total, name=BATCH_BYTES)
-    lane = build_lane(index, buffer, hand.values, hand.waits, scope)
-    return dataclasses.replace(lane, hand_in=hand.hand_in, input_size=hand.size, input_discard=hand.discard,
-                               batch_bytes=batch_bytes)
-
-
 def lane_graph(graph: tf.Graph, stage_name: str, put: tf.Operation, buffer: tf.Tensor,
                count: int) -> tuple[LaneGraph | None, str]:
     """The lane ops of a stage (built now if the graph is not finalized); (None, why) when there are none.
@@ -234,10 +217,10 @@ def lane_graph(graph: tf.Graph, stage_name: str, put: tf.Operation, buffer: tf.T
                 logger.warning("stage %s: the lanes feed the head's values instead of copying the body (%s)",
                                stage_name, refusal)
                 body = None
-            if body is not None and SHARED_LANES:  # one body copy and one executor for every lane
+            if body is not None:  # one body copy and one executor for every lane
                 lanes = [build_shared_lane(put, split, body, buffer, waits)] * count
-            else:
-                lanes = [_lane(index, put, split, body, buffer, components, waits) for index in range(count)]
+            else:  # the head's values are fed to each lane's run, or the head hands nothing over
+                lanes = [build_lane(index, buffer, components, waits) for index in range(count)]
             targets = tf.group(*split.head_targets, name=HEAD_TARGETS) if split.head_targets else None
             batch_bytes = tf.identity(bytes_of_batch(components), name=BATCH_BYTES)
             with tf.control_dependencies([put]):

@@ -139,9 +139,6 @@ class OrderedProducer:
         runs = []
         if "lane" in parts:  # (a one-lane put goes through run(): _direct_fetches says why)
             runs.append(([lane.occupancy], options))
-            if lane.hand_in is not None:
-                targets = [lanes.head_targets] if lanes.head_targets is not None else []
-                runs += [([lane.hand_in, *targets], options), (self._body_fetches(index), self.host.body_run_options)]
         with self._cond:
             self._warming += 1
         try:
@@ -174,7 +171,7 @@ class OrderedProducer:
             return [lane.enqueue, lane.batch_bytes]
         if index != 0:
             return [lane.enqueue]
-        return [lane.enqueue, lane.batch_bytes if lane.batch_bytes is not None else self.lanes.batch_bytes]
+        return [lane.enqueue, self.lanes.batch_bytes]
 
     def _lanes_ready(self) -> bool:
         """Whether an active lane has its executors (under _cond): until one has, worker 0 puts directly."""
