@@ -6,7 +6,7 @@
     keras3_subclassed()       Keras 3 subclassed: Hashing + StringLookup -> Embedding -> Dense
     keras3_feature_space()    Keras 3 functional over a FeatureSpace (hashed, string-categorical, normalized float)
     custom_step_keras3()      Keras 3 functional whose class overrides train_step (clips the gradients)
-    custom_step_tf_keras()    tf_keras subclassed with its own train_step and test_step
+    custom_step_tf_keras()    tf_keras subclassed with its own train_step (clips gradient norms) and test_step
 
 Every dataset is (features, label) or (features, label, weight), batches of BATCH, not shuffled.
 """
@@ -40,7 +40,7 @@ def dataset(keys=("user", "item", "age", "clicks"), samples: int = SAMPLES, seed
     return tf.data.Dataset.from_tensor_slices(parts).batch(BATCH)
 
 
-def ctr_tf_keras() -> tf_keras.Model:
+def ctr_tf_keras(steps_per_execution: int = 1) -> tf_keras.Model:
     tf_keras.utils.set_random_seed(1)
     fc = tf.feature_column
     user = fc.embedding_column(fc.categorical_column_with_hash_bucket("user", 16), 4)
@@ -58,7 +58,9 @@ def ctr_tf_keras() -> tf_keras.Model:
     hidden = tf_keras.layers.Dense(8, activation="relu", name="hidden")(
         tf_keras.layers.Concatenate(name="concat")([dense, pooled]))
     model = tf_keras.Model(inputs, tf_keras.layers.Dense(1, activation="sigmoid", name="ctr")(hidden), name="ctr")
-    model.compile(tf_keras.optimizers.Adam(0.01), "binary_crossentropy", metrics=[tf_keras.metrics.AUC(name="auc")])
+    model.compile(tf_keras.optimizers.Adam(0.01), "binary_crossentropy", metrics=[tf_keras.metrics.AUC(name="auc")],
+                  weighted_metrics=[tf_keras.metrics.BinaryAccuracy(name="accuracy")],
+                  steps_per_execution=steps_per_execution)
     return model
 
 
@@ -101,10 +103,12 @@ class Keras3Ranker(keras.Model):
         return self.score(self.hidden(keras.ops.concatenate([u, i, x["age"] / 80.0], 1)))
 
 
-def keras3_subclassed() -> keras.Model:
+def keras3_subclassed(steps_per_execution: int = 1) -> keras.Model:
     keras.utils.set_random_seed(1)
     model = Keras3Ranker(name="keras3_ranker")
-    model.compile(keras.optimizers.Adam(0.01), "mse", metrics=[keras.metrics.MeanAbsoluteError(name="mae")])
+    model.compile(keras.optimizers.Adam(0.01), "mse", metrics=[keras.metrics.MeanAbsoluteError(name="mae")],
+                  weighted_metrics=[keras.metrics.MeanSquaredError(name="weighted_mse")],
+                  steps_per_execution=steps_per_execution)
     return model
 
 
@@ -148,4 +152,45 @@ def custom_step_keras3() -> keras.Model:
     output = keras.layers.Dense(1, name="score")(keras.layers.Dense(8, activation="relu", name="hidden")(features))
     model = ClippedModel({"user": user, "item": item}, output, name="clipped")
     model.compile(keras.optimizers.Adam(0.01), "mse", metrics=[keras.metrics.MeanAbsoluteError(name="mae")])
+    return model
+
+
+class TwoTower(tf_keras.Model):
+    """A tf_keras subclassed model with its own train_step and test_step."""
+
+    def __init__(self):
+        super().__init__(name="two_tower")
+        self.users = tf_keras.layers.Hashing(num_bins=8, name="users")
+        self.items = tf_keras.layers.StringLookup(vocabulary=ITEMS, name="items")
+        self.user_embedding = tf_keras.layers.Embedding(8, 4, name="user_embedding")
+        self.item_embedding = tf_keras.layers.Embedding(len(ITEMS) + 1, 4, name="item_embedding")
+        self.score = tf_keras.layers.Dense(1, name="score")
+
+    def call(self, x):
+        u = self.user_embedding(self.users(x["user"][:, 0]))
+        i = self.item_embedding(self.items(x["item"][:, 0]))
+        return self.score(u * i)
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            prediction = self(x, training=True)
+            loss = self.compiled_loss(y, prediction, regularization_losses=self.losses)
+        grads = [tf.clip_by_norm(g, 0.5) for g in tape.gradient(loss, self.trainable_variables)]
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        self.compiled_metrics.update_state(y, prediction)
+        return {m.name: m.result() for m in self.metrics}
+
+    def test_step(self, data):
+        x, y = data
+        prediction = self(x, training=False)
+        self.compiled_loss(y, prediction, regularization_losses=self.losses)
+        self.compiled_metrics.update_state(y, prediction)
+        return {m.name: m.result() for m in self.metrics}
+
+
+def custom_step_tf_keras() -> tf_keras.Model:
+    tf_keras.utils.set_random_seed(1)
+    model = TwoTower()
+    model.compile(tf_keras.optimizers.SGD(0.1), "mse", metrics=[tf_keras.metrics.MeanAbsoluteError(name="mae")])
     return model

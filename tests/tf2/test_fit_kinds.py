@@ -30,6 +30,7 @@ KINDS = {
     "keras3_subclassed": (fm.keras3_subclassed, ("user", "item", "age"), "steps"),
     "keras3_feature_space": (fm.keras3_feature_space, ("user", "item", "age"), "layers"),
     "keras3_custom_train_step": (fm.custom_step_keras3, ("user", "item"), "steps"),
+    "tf_keras_custom_train_and_test_step": (fm.custom_step_tf_keras, ("user", "item"), "steps"),
 }
 
 

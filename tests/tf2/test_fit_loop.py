@@ -1,0 +1,147 @@
+"""ss.tf2.fit keeps model.fit's loop on the step route: class_weight, sample weights in the dataset,
+steps_per_execution, metrics reset for evaluate(), one split for several calls, the model's own functions
+back after the call (on error too), and save/reload on raw features.
+
+    before:  model.fit(ds, class_weight={0: 1.0, 1: 3.0}, epochs=2)
+    after:   ss.tf2.fit(model, ds, class_weight={0: 1.0, 1: 3.0}, epochs=2)     # the same losses and weights
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+import smartstage.tf2 as sst
+from smartstage.tf2.keras_step import TRAIN_STEP, split_model_step
+from tests.tf2 import fit_models as fm
+from tests.tf2.fit_support import assert_same_weights, batch_losses, identical, raw_features  # noqa: F401
+from tests.tf2.keras_models import preprocessing_model, raw_dataset
+
+pytestmark = pytest.mark.usefixtures("eager", "identical")
+CTR_KEYS, RANKER_KEYS = ("user", "item", "age", "clicks"), ("user", "item", "age")
+
+
+def _both(factory, train, **fit_kwargs):
+    reference = factory()
+    expected = batch_losses(reference)
+    reference.fit(train, callbacks=[expected], verbose=0, **fit_kwargs)
+    model = factory()
+    got = batch_losses(model)
+    history = sst.fit(model, train, callbacks=[got], verbose=0, **fit_kwargs)
+    return reference, model, expected.losses, got.losses, history
+
+
+@pytest.mark.parametrize("factory,keys", [(fm.ctr_tf_keras, CTR_KEYS), (fm.keras3_subclassed, RANKER_KEYS)],
+                         ids=["tf_keras", "keras3"])
+def test_class_weight_and_sample_weights(factory, keys):
+    for train, extra in ((fm.dataset(keys), {"class_weight": {0: 1.0, 1: 3.0}}),
+                         (fm.dataset(keys, weights=True), {})):
+        reference, model, expected, got, history = _both(factory, train, epochs=2, **extra)
+        assert len(got) == 12 and got == expected
+        assert history.history == reference.history.history
+        assert_same_weights(reference, model)
+    unweighted = factory()
+    unweighted.fit(fm.dataset(keys), epochs=2, verbose=0)
+    assert unweighted.history.history["loss"] != reference.history.history["loss"]  # the weights took effect
+
+
+@pytest.mark.parametrize("factory,keys", [(fm.ctr_tf_keras, CTR_KEYS), (fm.keras3_subclassed, RANKER_KEYS)],
+                         ids=["tf_keras", "keras3"])
+def test_steps_per_execution(factory, keys):
+    train = fm.dataset(keys)
+    reference, model, expected, got, history = _both(lambda: factory(steps_per_execution=3), train, epochs=2)
+    assert len(got) == 2 * 6 // 3 and got == expected  # one callback call per execution of 3 steps
+    assert_same_weights(reference, model)
+
+
+def test_evaluate_after_fit_reports_the_evaluation_only():
+    # metric objects passed to compile are shared by whatever trains them; evaluate() must start from zero
+    def factory():
+        model = preprocessing_model()
+        model.compile(keras.optimizers.Adam(0.01), "mse", metrics=[keras.metrics.MeanAbsoluteError()])
+        return model
+
+    reference, model, *_ = _both(factory, raw_dataset(), epochs=1)
+    assert model.evaluate(raw_dataset(seed=2), verbose=0) == reference.evaluate(raw_dataset(seed=2), verbose=0)
+
+
+@pytest.mark.parametrize("factory,keys", [(fm.ranking_tf_keras, ("user", "item")),
+                                          (fm.keras3_subclassed, RANKER_KEYS)], ids=["tf_keras", "keras3"])
+def test_split_once_while_nothing_changes(factory, keys):
+    model, train = factory(), fm.dataset(keys)
+    first = sst.fit(model, train, epochs=1, verbose=0).smartstage.train
+    again = sst.fit(model, fm.dataset(keys, seed=3), epochs=1, verbose=0).smartstage.train
+    assert again is first                                               # same model, same element spec
+    other_spec = sst.fit(model, fm.dataset(keys).unbatch().batch(8, drop_remainder=True), epochs=1, verbose=0)
+    assert other_spec.smartstage.train is not first                     # a static batch size: a new trace
+    optimizer = type(model.optimizer)(0.01)
+    model.compile(optimizer, model.loss)
+    recompiled = sst.fit(model, train, epochs=1, verbose=0).smartstage.train
+    assert recompiled is not first and recompiled is not other_spec.smartstage.train
+    assert optimizer.iterations.numpy() == 6                          # the new optimizer is the one that trained
+
+
+class _Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("factory,keys,base", [(fm.ranking_tf_keras, ("user", "item"), tf_keras.callbacks.Callback),
+                                               (fm.keras3_subclassed, RANKER_KEYS, keras.callbacks.Callback)],
+                         ids=["tf_keras", "keras3"])
+def test_the_models_own_functions_are_back_after_an_error(factory, keys, base):
+    class FailSecondBatch(base):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1:
+                raise _Boom()
+
+    model, train = factory(), fm.dataset(keys)
+    model.fit(train, epochs=1, verbose=0)
+    own = model.train_function
+    with pytest.raises(_Boom):
+        sst.fit(model, train, epochs=1, verbose=0, callbacks=[FailSecondBatch()])
+    assert model.train_function is own and "train_step" not in vars(model) and "test_step" not in vars(model)
+    reference = factory()
+    reference.fit(train, epochs=1, verbose=0)
+    reference.fit(train.take(2), epochs=1, verbose=0)   # what the failed call trained: two batches
+    assert_same_weights(reference, model)
+
+
+def test_tf_keras_subclassed_saves_and_reloads_serving_raw_features(tmp_path):
+    model, keys = fm.ranking_tf_keras(), ("user", "item")
+    sst.fit(model, fm.dataset(keys), epochs=1, verbose=0)
+    raw = raw_features(keys)
+    expected = model.predict(raw, verbose=0)
+    model.save(str(tmp_path / "ranking"))                               # SavedModel: the lookups inside
+    reloaded = tf_keras.models.load_model(str(tmp_path / "ranking"))
+    np.testing.assert_array_equal(reloaded.predict(raw, verbose=0), expected)
+    model.save_weights(str(tmp_path / "weights"))
+    fresh = fm.ranking_tf_keras()
+    fresh(raw)
+    fresh.load_weights(str(tmp_path / "weights"))
+    np.testing.assert_array_equal(fresh.predict(raw, verbose=0), expected)
+
+
+def test_keras3_subclassed_saves_and_exports_serving_raw_features(tmp_path):
+    model = fm.keras3_subclassed()
+    sst.fit(model, fm.dataset(RANKER_KEYS), epochs=1, verbose=0)
+    raw = raw_features(RANKER_KEYS)
+    expected = model.predict(raw, verbose=0)
+    model.save_weights(tmp_path / "ranker.weights.h5")
+    fresh = fm.keras3_subclassed()
+    fresh(raw)
+    fresh.load_weights(tmp_path / "ranker.weights.h5")
+    np.testing.assert_array_equal(fresh.predict(raw, verbose=0), expected)
+    signature = [{k: tf.TensorSpec((None, 1), v.dtype, name=k) for k, v in raw.items()}]  # a subclassed model's
+    model.export(str(tmp_path / "served"), verbose=False, input_signature=signature)   # inputs are not typed
+    served = tf.saved_model.load(str(tmp_path / "served"))
+    np.testing.assert_allclose(served.serve(raw).numpy(), expected, rtol=1e-6)
+
+
+def test_a_split_step_is_reused_only_for_its_element_spec():
+    model = fm.ranking_tf_keras()
+    first = split_model_step(model, TRAIN_STEP, fm.dataset(("user", "item")))
+    assert split_model_step(model, TRAIN_STEP, fm.dataset(("user", "item"), seed=4)) is first
+    assert split_model_step(model, TRAIN_STEP, fm.dataset(("user", "item"), weights=True)) is not first
