@@ -59,7 +59,8 @@ def runs(criteo, tmp_path_factory):
 def test_losses_are_identical_for_50_steps_with_and_without_the_flag(runs):
     off, _, off_record = runs["off"]
     on, _, on_record = runs["on"]
-    assert off_record is None and on_record is not None and on_record.changed
+    assert (off_record is None or all(s.folded_into for s in off_record.stages)) and on_record is not None \
+        and on_record.changed  # flag off: a tf.data stage is folded, nothing else changes
     (stage,) = on_record.stages
     assert len(stage.moved) > 50, "the DLRM preprocessing moved behind the stage"
     assert len(off) == len(on) == STEPS and len(set(off.tolist())) > 1

@@ -64,7 +64,7 @@ def train(on: bool, directory: str):
 def test_scaffold_iterator_summaries_checkpoints_and_stop_hook_work_with_the_flag(tmp_path):
     off_losses, off_record = train(False, str(tmp_path / "off"))
     on_losses, on_record = train(True, str(tmp_path / "on"))
-    assert off_record is None and on_record.changed
+    assert (off_record is None or all(s.folded_into for s in off_record.stages)) and on_record.changed
     assert "Mean" in on_record.stages[0].moved, "the summarized mean moved to the prefetch side"
     assert len(on_losses) == STEPS                              # StopAtStepHook stopped at the step
     np.testing.assert_array_equal(off_losses, on_losses)
