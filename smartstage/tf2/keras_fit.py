@@ -110,7 +110,8 @@ def _strategy(model):
 
 def _check_arguments(model, fit_kwargs: dict) -> None:
     for name, fix in _DATA_ARGUMENTS.items():
-        if fit_kwargs.get(name) not in (None, 0, 0.0):
+        value = fit_kwargs.get(name)
+        if value is not None and not (isinstance(value, (int, float)) and value == 0):
             raise SplitError(f"fit(): {name}= describes in-memory arrays, and ss.tf2.fit takes a dataset; {fix}")
     if not is_compiled(model):
         raise SplitError(f"fit(): model {model.name!r} is not compiled; call model.compile(optimizer, loss, ...) "

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -126,6 +127,14 @@ def _step_function(model, method: str, autograph: bool):
     return tf.function(model_step, autograph=autograph)
 
 
+def _innermost(error: Exception) -> str:
+    """The innermost "SomeError: message" line of a tracing error (autograph wraps the user's error in
+    its own), or the error's type and first line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    named = [line for line in lines if re.match(r"^[A-Z]\w*(Error|Exception): ", line)]
+    return named[-1] if named else f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
 def split_model_step(model, method: str, dataset: tf.data.Dataset, *, deterministic: bool = True) -> ModelStepSplit:
     """The model's `method` ("train_step" or "test_step") traced for `dataset` and split, or the cached split
     when nothing it depends on changed (model_key).
@@ -141,7 +150,15 @@ def split_model_step(model, method: str, dataset: tf.data.Dataset, *, determinis
     family = keras_family(model)
     # Keras 3 traces its step without autograph (do_not_convert), tf_keras with it: trace as each does.
     step = _step_function(model, method, autograph=family == "tf_keras")
-    halves = split(step, dataset, deterministic=deterministic, state=[model], jit_compile=False)
+    try:
+        halves = split(step, dataset, deterministic=deterministic, state=[model], jit_compile=False)
+    except SplitError:
+        raise
+    except Exception as e:  # the model's own step does not trace for these batches: model.fit would fail too
+        raise SplitError(f"fit(): {model.name}.{method} does not trace for the dataset's element_spec "
+                         f"{dataset.element_spec!r} ({_innermost(e)}); make the dataset yield what "
+                         f"model.fit takes, (features, labels) or (features, labels, sample_weight), with every "
+                         "feature the model reads") from e
     keep = (model.optimizer, getattr(model, "_compile_loss", None), getattr(model, "_compile_metrics", None),
             getattr(model, "_loss_tracker", None), getattr(model, "compiled_loss", None),
             getattr(model, "compiled_metrics", None))
