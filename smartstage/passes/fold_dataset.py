@@ -60,13 +60,12 @@ ONE_SHOT_ITERATORS = {"OneShotIterator"}
 # Ops that use an iterator besides its read and its initializers, and leave the elements alone.
 _ITERATOR_USERS = {"IteratorToStringHandle", "SerializeIterator", "DeserializeIterator", "DeleteIterator"}
 _UNMOVABLE_DTYPES = {types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT}
-# Why do_smart_stage_gpu keeps the buffer: stock TensorFlow moves a dataset's elements to a device ahead of
-# the step only through an iterator it makes itself on that device (prefetch_to_device / copy_to_device
-# must be the dataset's last transformation, with the iterator placed on the device), and the user's
-# iterator keeps its name and host placement for its checkpoints. The GPU-resident buffer does it instead.
+# Why do_smart_stage_gpu keeps the buffer (checked on TensorFlow 2.21, v1 graph): prefetch_to_device and
+# copy_to_device make the dataset a GeneratorDataset on the device, and the iterator, its MakeIterator and
+# IteratorGetNext must then be placed there with it; a GeneratorDataset "does not support checkpointing", so
+# the user's saveable iterator would fail to save. The GPU-resident buffer keeps the copy off the step.
 GPU_REASON = ("do_smart_stage_gpu: the GPU-resident buffer keeps the host-to-device copy off the step (tf.data's "
-              "prefetch_to_device needs an iterator of its own on the device, and the user's checkpointed "
-              "iterator stays on the host)")
+              "prefetch_to_device moves the iterator to the device and cannot be checkpointed)")
 
 
 @dataclass(frozen=True)
