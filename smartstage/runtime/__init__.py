@@ -5,6 +5,16 @@
         while not sess.should_stop():
             sess.run(train_op)
 
+Which stages run here: the ones on lanes. A stage whose prefetch side reads one tf.data iterator is folded
+into the iterator's dataset by the SmartStage sessions, flag on or off (passes/fold_dataset.py, applied by
+session/session.py): a deterministic map + prefetch, no buffer, no thread of ours, one session.run per step,
+and a checkpoint restore trains every record once (the iterator's saved state holds what tf.data buffered).
+Lanes remain for what tf.data cannot carry: queue readers, fed inputs (feed_dict), input tasks, error
+policies a dataset has no equivalent for, and tf_data_stage="lanes" (or a stock session, which does not
+fold). A restore of a lanes stage is a stock queue's: the buffered batches are not saved, and a lanes stage
+on a checkpointed iterator warns once (stage/saved_inputs.py). Of a folded stage only the pipeline hook
+reads anything (the step's trace).
+
 Rooms, in the order they run (each imports only the rooms above it in this list; lanes and tuning never
 import each other):
 
@@ -14,10 +24,11 @@ import each other):
         metadata.py     the StageDef collection: StageRecord, add_stage_def, stage_defs
         targets.py      mark_target_node: the nodes the main side must keep
         settings.py     AUTOTUNE (defined in protos/) and StageSettings.from_def(): the marker resolved once
+        saved_inputs.py warn_saved_iterators: a lanes stage reading a checkpointed iterator, warned once
     lanes/      session start: graph surgery before the graph is finalized (starts no thread)
         split.py        split_prefetch_side: the serial head and the parallel body (graph/heads.py's rule)
         lanes.py        LaneGraph, lane_graph, prepare_lanes: a stage's ordered lanes
-        handoff.py      the body copy each lane runs on the head's values, inside TensorFlow
+        handoff.py      the one body copy the shared lanes run on the head's values, inside TensorFlow
         remote.py       lanes on input tasks (RemotePlan, InputTaskError)
     tuning/     while training, pure decisions: measurements in, settings out (touches no graph)
         meter.py        StageMeter, Window: what a producer measures per batch and window
@@ -33,7 +44,7 @@ import each other):
         callables.py, control.py    the producers' TensorFlow callables; bounded control runs
     hooks/      session lifecycle: start and stop the producers, observe, re-initialise
         prefetch_hook.py    PrefetchHook, make_prefetch_hook (MonitoredTrainingSession)
-        pipeline_hook.py    PipelineHook: what limits the speed, per stage
+        pipeline_hook.py    PipelineHook: what limits the speed, per stage (folded stages from the step's trace)
         reinit.py           ReinitWatch, run_initializer: empty and refill a stage when its input restarts
 
 See docs/runtime.md.
