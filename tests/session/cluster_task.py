@@ -44,7 +44,7 @@ def log(message: str) -> None:
 
 def run_worker(index: int, cluster: tf.train.ClusterSpec, run_dir: str) -> dict:
     import smartstage as ss  # the parameter server needs only TensorFlow
-    from tests.session.graphs import flag, small_model
+    from tests.session.graphs import lanes_flag, small_model
 
     log("imported")
     server = tf.distribute.Server(cluster, job_name="worker", task_index=index, start=True)
@@ -54,7 +54,7 @@ def run_worker(index: int, cluster: tf.train.ClusterSpec, run_dir: str) -> dict:
             worker_device=f"/job:worker/task:{index}", cluster=cluster)
         with tf.compat.v1.device(setter):
             model = small_model()
-        config = flag()
+        config = lanes_flag()  # each worker's own rebuilt buffer and prefetch side (lanes)
         config.device_filters.extend(["/job:ps", f"/job:worker/task:{index}"])
         run_options = tf.compat.v1.RunOptions(timeout_in_ms=STEP_MILLIS)
         if index != 0:

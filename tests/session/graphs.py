@@ -29,6 +29,14 @@ def flag(on: bool = True) -> "ss.ConfigProto":
     return config
 
 
+def lanes_flag(on: bool = True, **options) -> tf.compat.v1.ConfigProto:
+    """The flag with a tf.data stage kept as lanes (tf_data_stage="lanes", no DeepRec spelling): for tests of
+    the rebuilt buffer and its prefetch threads, not of the fold into the dataset."""
+    config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), tf_data_stage="lanes", **options)
+    config.graph_options.rewrite_options.custom_optimizers[0].parameter_map["do_smart_stage"].b = on
+    return config
+
+
 @dataclass
 class Model:
     train_op: tf.Operation

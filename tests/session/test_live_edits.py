@@ -103,13 +103,14 @@ def test_a_stage_whose_dtypes_change_is_built_anew_and_gives_the_same_values():
 
 
 @pytest.mark.parametrize("edits, message", [
-    ([SetDevice("b", "/cpu:0"), RemoveNode("d")], "node 'd' cannot leave a live tf.Graph"),
+    # A live op cannot leave the graph; it is detached only when nothing left reads it (fold_dataset).
+    ([SetDevice("b", "/cpu:0"), RemoveNode("a")], "the edits remove node 'a', which 'b' still reads"),
     ([SetDevice("b", "/cpu:0"), SetInputs("nowhere", ("a",))], "the session's graph has no node 'nowhere'"),
     ([SetDevice("b", "/cpu:0"), AddNode(N("a", "NoOp"))], "node 'a' is in the session's graph already"),
     ([SetDevice("b", "/cpu:0"), SetInputs("c", ("b", "^gone"))], "node 'c' would read '^gone'"),
     ([SetDevice("b", "/cpu:0"), SetAttr("b", "T", attr_value_pb2.AttrValue(type=tf.int32.as_datatype_enum))],
      "the edits change the input or output types of node 'b' (Mul)"),
-], ids=["remove", "unknown node", "added name taken", "missing input", "signature of a non-stage op"])
+], ids=["remove what is read", "unknown node", "added name taken", "missing input", "signature of a non-stage op"])
 def test_an_edit_the_live_graph_cannot_take_is_refused_before_any_write(edits, message):
     graph = arithmetic()
     version = graph.version
@@ -158,16 +159,14 @@ def test_later_passes_reach_the_live_graph_through_their_logs():
     """multi_stream's `_stream_id` tags (which the old session twins never copied) land on the live ops, the
     rebuilt put included, and the steps are those of the graph without the flag."""
     from smartstage.session.session import Session
-    from tests.session.graphs import bounded, flag, init_ops, small_model
+    from tests.session.graphs import bounded, flag, init_ops, lanes_flag, small_model
 
     losses = {}
     for on in (False, True):
         graph = tf.Graph()
         with graph.as_default():
             model = small_model()
-        config = flag(False) if not on else flag()
-        if on:
-            config.graph_options.optimizer_options.stage_multi_stream = True
+        config = flag(False) if not on else lanes_flag(multi_stream=True)  # a rebuilt put: lanes
         with Session(graph=graph, config=config) as sess:
             sess.run(init_ops(graph))
             losses[on] = [sess.run([model.loss, model.train_op], options=bounded())[0] for _ in range(5)]

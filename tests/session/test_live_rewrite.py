@@ -10,7 +10,8 @@ import smartstage as ss
 from smartstage.session.live_rewrite import NEW_SCOPE
 from smartstage.session.record import live_rewrite_of
 from smartstage.session.session import Session
-from tests.session.graphs import bounded, flag, init_ops, small_model
+from tests.session.graphs import bounded, init_ops, small_model
+from tests.session.graphs import lanes_flag as flag  # the rebuilt buffer (lanes), not the fold: test_fold_session.py
 
 
 def _train(graph, model, steps, on, fetch=None):

@@ -9,7 +9,7 @@ import tensorflow as tf
 import smartstage as ss
 from smartstage.session.monitored import MonitoredTrainingSession
 from smartstage.session.session import Session
-from tests.session.graphs import bounded, dataset_features, flag, init_ops, small_model
+from tests.session.graphs import bounded, dataset_features, flag, init_ops, lanes_flag, small_model
 
 
 def unstaged_model():
@@ -46,6 +46,7 @@ def test_a_rewritten_stage_without_prefetch_threads_fails_the_step_instead_of_ha
     graph = tf.Graph()
     with graph.as_default():
         model = small_model()
+    flag = lanes_flag  # a stage with a buffer (lanes): a folded stage needs no threads at all
     with Session(graph=graph, config=flag(), prefetch=False) as sess:
         assert sess.smart_stage.changed
         sess.run(init_ops(graph))
