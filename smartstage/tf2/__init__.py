@@ -2,7 +2,7 @@
 preprocessing moved into the tf.data pipeline (docs/tf2.md).
 
     split = ss.tf2.split(train_step, dataset)       # for batch in split.dataset: split.step(batch)
-    history = ss.tf2.fit(model, dataset, epochs=3)  # Keras 3: preprocessing layers run in the dataset
+    history = ss.tf2.fit(model, dataset, epochs=3)  # any Keras model: its preprocessing runs in the dataset
     check = ss.tf2.verify(train_step, dataset, steps=50)    # split vs unsplit, step by step
 
     trace      the step traced for the dataset's element spec, with its checks
@@ -11,18 +11,23 @@ preprocessing moved into the tf.data pipeline (docs/tf2.md).
     surgery    the two sides cut out of the function graph by edit records
     functions  the map function and the main tf.function built from them
     split      split() and SplitStep
-    keras_split, keras_fit   Keras 3: the model cut at layer level by the op-level partition; fit()
+    keras_split  Keras 3 functional models cut at layer level by the op-level partition
+    keras_step   any Keras model's own train/test step split at op level, run by the model's own fit
+    keras_fit    fit(): chooses the route, refuses what it cannot train
     compare    verify() / verify_fit(): the split program against the original, step by step
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 _LAZY = {
     "smartstage.tf2.split": ("SplitStep", "split"),
     "smartstage.tf2.keras_split": ("KerasSplit", "LayerVerdict", "split_model"),
-    "smartstage.tf2.keras_fit": ("fit",),
+    "smartstage.tf2.keras_step": ("ModelStepSplit", "split_model_step"),
+    "smartstage.tf2.keras_fit": ("StepFit", "fit"),
     "smartstage.tf2.compare": ("StepCheck", "verify", "verify_fit"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
@@ -36,3 +41,17 @@ def __getattr__(name: str):
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+class _Package(types.ModuleType):
+    """`smartstage.tf2.split` is the function whichever code loads the submodule of that name first: the import
+    system binds a loaded submodule on its package, and that binding takes the function instead (the module
+    stays in sys.modules, so `from smartstage.tf2.split import SplitStep` works as usual)."""
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and _MODULE_OF.get(name) == value.__name__ and hasattr(value, name):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -17,6 +17,7 @@ refusal is a SplitError raised before the model, its compile state or the datase
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +42,8 @@ _DATA_ARGUMENTS = {
     "batch_size": "batch the dataset itself (dataset.batch(n))",
     "validation_batch_size": "batch the validation dataset itself",
 }
-# Keras 3 models split at layer level, keyed like step splits (keras_step.model_key).
+# Keras 3 models split at layer level, keyed like step splits (keras_step.model_key); the entry holds the model,
+# so its id names no other model while the entry lives.
 _LAYER_SPLITS: dict[int, tuple[tuple, KerasSplit, Any]] = {}
 
 
@@ -124,7 +126,7 @@ def _uses_stock_steps(model) -> bool:
     return all(getattr(type(model), m) is getattr(keras.Model, m) for m in (TRAIN_STEP, TEST_STEP))
 
 
-def _layer_split(model, deterministic: bool) -> KerasSplit | None:
+def _layer_split(model, dataset: tf.data.Dataset, deterministic: bool) -> KerasSplit | None:
     """The cached or new layer-level split of a Keras 3 functional model with stock steps; None when the layer
     route does not apply (another kind of model). SplitError when no layer can move."""
     if keras_family(model) != "keras" or not _uses_stock_steps(model):
@@ -133,16 +135,16 @@ def _layer_split(model, deterministic: bool) -> KerasSplit | None:
         graph_model(model)
     except SplitError:
         return None
-    key = (model_key(model, None), deterministic)
-    cached = _LAYER_SPLITS.get(id(model))
-    if cached is not None and cached[0] == key and cached[1].model is model:
-        return cached[1]
     strategy = _strategy(model)
-    if strategy is not None:  # the trainer is a model of that strategy, as the user's model is
-        with strategy.scope():
-            halves = split_model(model, deterministic=deterministic)
-            compile_like(halves.trainer, model)
-    else:
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        # The model's own compile state is built before the trainer updates the metric objects they share, so
+        # model.evaluate() resets them as after model.fit (and reports the evaluation only).
+        model._symbolic_build(data_batch=dataset.element_spec)
+        key = (model_key(model, None), deterministic)
+        cached = _LAYER_SPLITS.get(id(model))
+        if cached is not None and cached[0] == key and cached[1].model is model:
+            return cached[1]
+        # Under a strategy the trainer is a model of that strategy, as the user's model is.
         halves = split_model(model, deterministic=deterministic)
         compile_like(halves.trainer, model)
     _LAYER_SPLITS[id(model)] = (key, halves, model)
@@ -159,10 +161,6 @@ def _with_class_weight(model, dataset: tf.data.Dataset, class_weight) -> tf.data
 
 
 def _fit_layers(model, halves: KerasSplit, dataset, validation_data, callbacks, tfdata_service, fit_kwargs):
-    if keras_family(model) == "keras" and _strategy(model) is None:
-        # The model's own compile state is built before the trainer updates the metric objects they share,
-        # so model.evaluate() resets them as after model.fit (and reports the evaluation only).
-        model._symbolic_build(data_batch=dataset.element_spec)
     wrapped = [_on_user_model(c, model, halves.trainer) for c in (callbacks or ())]
     model.stop_training = False
     history = halves.trainer.fit(halves.map(dataset, tfdata_service), callbacks=wrapped,
@@ -225,7 +223,7 @@ def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | N
         from smartstage.tf2.service import check_address
 
         tfdata_service = check_address(tfdata_service)
-    halves = split or _layer_split(model, deterministic)
+    halves = split or _layer_split(model, dataset, deterministic)
     if halves is not None:
         if split is not None:
             compile_like(halves.trainer, model)

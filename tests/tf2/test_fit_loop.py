@@ -84,6 +84,14 @@ def test_split_once_while_nothing_changes(factory, keys):
     assert optimizer.iterations.numpy() == 6                          # the new optimizer is the one that trained
 
 
+def test_a_layer_split_is_reused_while_nothing_changes():
+    model = preprocessing_model()
+    first = sst.fit(model, raw_dataset(), epochs=1, verbose=0).smartstage
+    assert sst.fit(model, raw_dataset(seed=3), epochs=1, verbose=0).smartstage is first
+    model.compile(keras.optimizers.Adam(0.01), "mse")
+    assert sst.fit(model, raw_dataset(), epochs=1, verbose=0).smartstage is not first
+
+
 class _Boom(Exception):
     pass
 
