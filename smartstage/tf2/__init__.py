@@ -26,8 +26,7 @@ import types
 _LAZY = {
     "smartstage.tf2.split": ("SplitStep", "split"),
     "smartstage.tf2.keras_split": ("KerasSplit", "LayerVerdict", "split_model"),
-    "smartstage.tf2.keras_step": ("ModelStepSplit", "split_model_step"),
-    "smartstage.tf2.keras_fit": ("StepFit", "fit"),
+    "smartstage.tf2.keras_fit": ("fit",),
     "smartstage.tf2.compare": ("StepCheck", "verify", "verify_fit"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
