@@ -40,13 +40,15 @@ class DatasetBody:
 
     read: the IteratorGetNext whose components the map receives; body: nodes copied into the map
     function (graph order); outputs: tensors the map returns, in order (a read output passes through);
-    captures: tensors made outside the body that the body reads by reference (table handles).
+    captures: tensors made outside the body that the body reads by reference (table handles); waits: body
+    ops every output waits for (a check the step waited on through a control edge: it fails the element).
     """
 
     read: str
     body: tuple[str, ...]
     outputs: tuple[str, ...]
     captures: tuple[str, ...] = ()
+    waits: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,15 +104,20 @@ def scratch_dataset_graph(view: GraphView, body: DatasetBody, scope: str,
 
     def computed_body(captured):
         def mapped_body(*components):
-            produced = {}
-            if wanted:
+            produced, waits = {}, []
+            if wanted or body.waits:
                 mapped = {t: components[parse_tensor_name(t).port] for t in used}
                 inner = tf.compat.v1.get_default_graph()  # the map's FuncGraph: import reads its own tensors
                 mapped.update({t: inner.capture(outer) for t, outer in captured.items()})
-                results = tf.graph_util.import_graph_def(nodes, input_map=mapped, return_elements=wanted, name="body")
-                produced = dict(zip(wanted, results))
-            return tuple(components[parse_tensor_name(t).port] if parse_tensor_name(t).node == body.read
-                         else produced[canonical(t)] for t in body.outputs)
+                results = tf.graph_util.import_graph_def(nodes, input_map=mapped, return_elements=wanted + list(body.waits),
+                                                         name="body")
+                produced, waits = dict(zip(wanted, results)), results[len(wanted):]
+            outputs = tuple(components[parse_tensor_name(t).port] if parse_tensor_name(t).node == body.read
+                            else produced[canonical(t)] for t in body.outputs)
+            if waits:
+                with tf.control_dependencies(waits):
+                    outputs = tuple(tf.identity(t) for t in outputs)
+            return outputs
         return mapped_body
 
     def chain(source, captured):

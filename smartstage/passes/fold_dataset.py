@@ -88,6 +88,7 @@ class FoldFit:
     kept: tuple[str, ...] = ()       # body nodes not computed from the batch that others read too: copied
     captures: tuple[str, ...] = ()   # table handles the map reads by reference
     outputs: tuple[str, ...] = ()    # the put's data inputs: what the iterator yields, in order
+    waits: tuple[str, ...] = ()      # body ops every element waits for (checks the step waited on)
     removed: tuple[str, ...] = ()    # the stage's own ops (buffer, put, take, guard, ...): they leave the graph
     num_parallel_calls: int = AUTOTUNE
     buffer_size: int = AUTOTUNE
@@ -180,9 +181,10 @@ def fold_fit(view: GraphView, stage: StageBoundary, side: frozenset[str], target
         if t.node not in body_set | {read} or t.node in {c.split(":")[0] for c in captures}:
             return skip(f"node {t.node!r} ({view.op(t.node)}) feeds the put but is not computed in the prefetch "
                         "side's body")
-    tied = sorted(set(view.control_inputs(stage.put)) & (body_set | {read}))
-    if tied:
-        return skip(f"node {tied[0]!r} is a control input of the put {stage.put!r} (a check the step waits on)")
+    if read in view.control_inputs(stage.put):
+        return skip(f"node {read!r} is a control input of the put {stage.put!r}")
+    # A check the step waited on (expand_stage re-routed its control edge through the put): every element waits.
+    waits = tuple(sorted(set(view.control_inputs(stage.put)) & body_set, key=view.position))
     removed = _stage_ops(view, stage)
     reader = next((c for n in sorted(removed) if n != stage.take for c in view.consumers(n)
                    if c not in removed and any(t.node == n for t in view.data_inputs(c))), None)
@@ -194,7 +196,7 @@ def fold_fit(view: GraphView, stage: StageBoundary, side: frozenset[str], target
     capacity = stage_def.capacity if stage_def is not None and stage_def.capacity else AUTOTUNE
     return FoldFit(stage.name, stage.put, stage.take, read, iterator, tuple(sorted(makers, key=view.position)),
                    one_shot, tuple(inside), tuple(sorted(kept_with_inputs - set(c.split(":")[0] for c in captures))),
-                   tuple(captures), tuple(str(t) for t in outputs), tuple(sorted(removed)),
+                   tuple(captures), tuple(str(t) for t in outputs), waits, tuple(sorted(removed)),
                    num_parallel_calls=threads if threads > 0 else AUTOTUNE,
                    buffer_size=capacity if capacity > 0 else AUTOTUNE,
                    deterministic=not (stage_def is not None and stage_def.unordered))
@@ -217,13 +219,37 @@ def _unmovable(view: GraphView, name: str, body: set[str]) -> str:
     stateful = is_stateful_op(op)
     if stateful is None:
         return "is an op type this TensorFlow does not know"
-    if stateful and op not in ORDER_FREE_STATEFUL_OPS:
+    if stateful and op not in ORDER_FREE_STATEFUL_OPS and not _order_free_call(view, view.node(name).attr):
         return ("is stateful: in a parallel map its results would depend on the order its runs happen in "
                 "(the stage keeps its lanes, which run it in input order)")
     outside = [c for c in view.control_inputs(name) if c not in body]
     if outside:
         return f"has a control input from outside the prefetch body ({outside[0]!r})"
     return ""
+
+
+def _order_free_call(view: GraphView, attrs, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether a functional op (If, Case, While, a call) runs only stateless or order-free ops: the AssertGuard
+    If that tf.debugging.Assert builds is stateful by type, but checks, and nothing else, whatever the order."""
+    library = {f.signature.name: f for f in view.graph_def.library.function}
+    called = [func.name for value in attrs.values()
+              for func in ([value.func] if value.HasField("func") else list(value.list.func))]
+    if not called:
+        return False
+    for name in called:
+        if name in seen:
+            continue
+        function = library.get(name)
+        if function is None:
+            return False
+        for node in function.node_def:
+            stateful = is_stateful_op(node.op)
+            if stateful and node.op not in ORDER_FREE_STATEFUL_OPS and not _order_free_call(view, node.attr,
+                                                                                             seen | {name}):
+                return False
+            if stateful is None and node.op not in library:
+                return False
+    return True
 
 
 def _stage_ops(view: GraphView, stage: StageBoundary) -> set[str]:
@@ -306,7 +332,7 @@ def fold_stage(log: EditLog, view: GraphView, fit: FoldFit, library: dict[str, f
     types, the new read, the main side rewired to it, the stage's ops and the old body removed."""
     import tensorflow as tf  # the Python API builds the prefetch in the scratch graph
 
-    body = DatasetBody(fit.read, fit.body, fit.outputs, fit.captures)
+    body = DatasetBody(fit.read, fit.body, fit.outputs, fit.captures, fit.waits)
     device = view.node(fit.read).device
 
     def prefetched(dataset):

@@ -220,3 +220,31 @@ def test_every_step_is_identical_to_the_flag_off_run(form, num_threads, capacity
     assert (fit.num_parallel_calls, fit.buffer_size) == (num_threads, capacity)
     steps = ROWS // BATCH
     np.testing.assert_array_equal(run_plain(result.meta_graph_def, steps), run_flag_off(meta, steps))
+
+
+def _checked(limit):
+    def body(f):
+        #   take["x"] -> check(Assert x < limit) -^-> read(scale) -> mul -> loss   (the step waits on the check)
+        #   take["x"] -> sqrt ----------------------------------------/
+        check = tf.debugging.Assert(tf.reduce_all(f["x"] < limit), [f["x"]], name="check")
+        scale = tf.compat.v1.get_variable("scale", [], initializer=tf.compat.v1.ones_initializer())
+        with tf.control_dependencies([check]):
+            return tf.sqrt(f["x"]) * scale.read_value()
+    return body
+
+
+def test_a_check_the_step_waited_on_runs_in_the_map_and_fails_the_element_it_checks():
+    meta = lookup_graph(body=_checked(ROWS))
+    result = optimized(meta)
+    fit = fold_report(result).details["stage"]
+    assert fit.folds and fit.waits and all(name.startswith("check") for name in fit.waits), fit
+    np.testing.assert_array_equal(run_plain(result.meta_graph_def, ROWS // BATCH), run_flag_off(meta, ROWS // BATCH))
+    failing = optimized(lookup_graph(body=_checked(30)))  # batches 0-6 pass (x < 28), batch 7 holds 28..31
+    with tf.Graph().as_default() as graph:
+        tf.compat.v1.train.import_meta_graph(failing.meta_graph_def)
+        with tf.compat.v1.Session() as sess:
+            _initialize(sess, graph)
+            for _ in range(7):
+                sess.run("train")
+            with pytest.raises(tf.errors.InvalidArgumentError, match="assertion failed"):
+                sess.run("train")
