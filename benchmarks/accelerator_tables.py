@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from benchmarks.e2e_tables import fold_lanes_table
 from benchmarks.report import Spread, machine_line, markdown_table, pyplot
 from benchmarks.runners import ALTERNATIVES, CONFIGS_BY_NAME, DEFAULT_SETTING
 
@@ -109,7 +110,8 @@ def accelerator_markdown(result: dict, summaries: list[dict]) -> str:
         f"{result['parameters']['steps']} steps, batch {result['parameters']['batch_size']}, median (range); "
         f"ratios within each repeat. Targets met: {met} of {total}.", "",
         "Steps/s:", "", accelerator_table(summaries), "", "SmartStage and auto-stage at the defaults:", "",
-        ratios_table(summaries), ""])
+        ratios_table(summaries), "", "Folded into the dataset beside the same stage on lanes (fraction of min(bare "
+        "step, CPU bound), per repeat):", "", fold_lanes_table(summaries), ""])
 
 
 def accelerator_plot(summaries: list[dict]):

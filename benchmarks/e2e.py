@@ -6,6 +6,12 @@
     python -m benchmarks.e2e --accelerator --publish   # the emulated accelerator: device 2/5/10/20 ms, 2 models
     python -m benchmarks.e2e --accelerator --gpu --publish   # the same on a real GPU (do_smart_stage_gpu)
 
+Folded stages run beside the same stages on lanes in every run (benchmarks/runners.py FOLD_PAIRS: staged()
+flag off, SmartStage, auto-stage; tf_data_stage "fold" against "lanes"), interleaved in the same repeats; the
+report's "Folded into the dataset, and on lanes" table gives each its steps/s and its fraction of the limit
+min(bare step, CPU bound), both measured in the same repeat. --publish also writes the dated report
+docs/perf/<e2e|accelerator>-<YYYY-MM-DD>.md.
+
 The accelerator family (issue 25) runs every configuration at its defaults on a model whose compute is a
 host-idle wait of T ms a step (benchmarks/accelerator.py), beside the bare step (the step fed one cached,
 preprocessed batch) and the CPU bound, and writes benchmarks/out/accelerator-*.{json,md,png}
@@ -41,7 +47,7 @@ import tensorflow as tf
 
 import smartstage as ss
 from benchmarks.accelerator_tables import accelerator_markdown, accelerator_plot, accelerator_targets
-from benchmarks.e2e_tables import plot, report_text, summary_markdown, targets
+from benchmarks.e2e_tables import fold_lanes_rows, plot, report_text, summary_markdown, targets
 from benchmarks.report import (
     DEFAULT_OUT,
     PUBLISH_DIR,
@@ -251,12 +257,13 @@ class WorkloadRun:
             "errors": self.errors,
         }
         summary.update(targets(summary))
+        summary["fold_lanes"] = fold_lanes_rows(summary)
         if self.workload.device_ms > 0 or self.workload.gpu:
             summary.update(accelerator_targets(summary))
         return summary
 
 
-ACCELERATOR_CONFIGS = "no_stage,staged,tfdata_prefetch,tfdata_map,smart,auto_stage"
+ACCELERATOR_CONFIGS = "no_stage,staged,staged_fold,tfdata_prefetch,tfdata_map,smart,smart_lanes,auto_stage,auto_stage_lanes"
 MODES = {
     # warmup: untimed steps before every block, on top of the batches the idle session buffered.
     # steps: a block; the smoke's 12 are enough that a pipeline produces during it (3 could all come from the buffer).
@@ -388,6 +395,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.publish:
             (PUBLISH_DIR / "e2e-summary.md").write_text(short)
             paths.append(PUBLISH_DIR / "e2e-summary.md")
+    if args.publish:  # the dated report beside the latest one: docs/perf/<stem>-<YYYY-MM-DD>.md
+        dated = PUBLISH_DIR / f"{stem if args.accelerator else 'e2e'}-{time.strftime('%Y-%m-%d')}.md"
+        dated.write_text(short + "\n" + text if not args.accelerator else text)
+        paths.append(dated)
     print(text, end="")
     print(f"\nTotal {result['seconds']:.0f} s. Wrote: {', '.join(str(p) for p in paths)}")
     return 1 if any(s["errors"] for s in summaries) else 0

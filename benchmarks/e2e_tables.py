@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from benchmarks.report import Spread, machine_line, markdown_table, pyplot
-from benchmarks.runners import ALTERNATIVES, CONFIGS, DEFAULT_SETTING, SMART
+from benchmarks.runners import ALTERNATIVES, CONFIGS, CONFIGS_BY_NAME, DEFAULT_SETTING, FOLD_PAIRS, SMART
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +99,10 @@ def targets(summary: dict) -> dict[str, Any]:
             "never below no stage (>= 1.0x)": x["vs_no_stage"].median >= 1.0,
         }
         if name in TUNED:
+            own_best = {} if CONFIGS_BY_NAME[name].folds else {  # folded: no runtime setting to compare with
+                f">= {TARGET_VS_OWN_BEST}x own best grid point": x["vs_own_best"].median >= TARGET_VS_OWN_BEST}
             x["met"] = {
-                f">= {TARGET_VS_OWN_BEST}x own best grid point": x["vs_own_best"].median >= TARGET_VS_OWN_BEST,
+                **own_best,
                 f">= {required:g}x best alternative": x["vs_best_alternative"].median >= required,
                 f">= {TARGET_OF_LIMIT} of the limit": x["of_limit"].median >= TARGET_OF_LIMIT,
                 **x["met"],
@@ -141,7 +143,8 @@ def defaults_table(summaries: list[dict]) -> str:
             t = s["targets"][name]
             settle = s["settle"].get(name, {})
             chose = "; ".join(f"{lanes} lanes, capacity {cap}" for lanes, cap, _ in settle.get("decisions", []))
-            settled = (f"{settle['steps']} steps, {settle['seconds']} s ({chose})" if settle.get("settled")
+            settled = ("folded: tf.data tunes" if settle.get("folded") else
+                       f"{settle['steps']} steps, {settle['seconds']} s ({chose})" if settle.get("settled")
                        else f"not settled ({settle.get('steps', '-')} steps)")
             rows.append([s["workload"].name, s["rows"][name]["label"], t["vs_own_best"].text(2),
                          t["vs_own_best_held_out"].text(2), t["of_limit"].text(2),
@@ -161,6 +164,42 @@ def targets_table(summaries: list[dict]) -> str:
                 key = next(v for k, v in keys.items() if k in target)
                 rows.append([s["workload"].name, s["rows"][name]["label"], target, t[key].text(2),
                              "n/a (not measured)" if not t[key].n else "met" if met else "**not met**"])
+    return markdown_table(header, rows)
+
+
+def bare_cpu_limit(summary: dict) -> list[float | None]:
+    """Per repeat: min(the bare step, the CPU bound) in steps/s, both measured in that repeat (None: not measured)."""
+    return [min(b["bare"], b["cpu_bound"]) if b.get("bare") and b.get("cpu_bound") else None
+            for b in summary["bounds"]]
+
+
+def fold_lanes_rows(summary: dict) -> list[dict[str, Any]]:
+    """Each (folded, lanes) pair of FOLD_PAIRS the run measured: steps/s at the defaults and the fraction of
+    min(bare step, CPU bound), both median (range) over the repeats, and folded / lanes within each repeat."""
+    limit = bare_cpu_limit(summary)
+    rows = []
+    for folded, lanes in FOLD_PAIRS:
+        if not (_ran(summary, folded) and _ran(summary, lanes)):
+            continue
+        a = _rates(summary["samples"].get((folded, DEFAULT_SETTING), []))
+        b = _rates(summary["samples"].get((lanes, DEFAULT_SETTING), []))
+        rows.append({"folded": folded, "lanes": lanes, "folded_rate": Spread.of(a), "lanes_rate": Spread.of(b),
+                     "folded_of_limit": _ratio(a, limit), "lanes_of_limit": _ratio(b, limit),
+                     "folded_vs_lanes": _ratio(a, b)})
+    return rows
+
+
+def fold_lanes_table(summaries: list[dict]) -> str:
+    """Folded stages beside the same stages on lanes, every pair measured in the same interleaved repeats."""
+    header = ["workload", "folded", "steps/s", "of the limit", "on lanes", "steps/s", "of the limit",
+              "folded / lanes", "limit: min(bare step, CPU bound)"]
+    rows = []
+    for s in summaries:
+        limit = Spread.of(bare_cpu_limit(s))
+        for r in s.get("fold_lanes", []):
+            rows.append([s["workload"].name, CONFIGS_BY_NAME[r["folded"]].label, r["folded_rate"].text(1),
+                         r["folded_of_limit"].text(2), CONFIGS_BY_NAME[r["lanes"]].label, r["lanes_rate"].text(1),
+                         r["lanes_of_limit"].text(2), r["folded_vs_lanes"].text(2), limit.text(1)])
     return markdown_table(header, rows)
 
 
@@ -191,6 +230,7 @@ def report_text(result: dict, summaries: list[dict]) -> str:
                       f"{summary['seconds']:.0f} s", sides_line(summary), "", workload_table(summary)]
         lines += [f"ERROR: {error}" for error in summary["errors"]]
     lines += ["", "## The defaults (AUTOTUNE), ratios within each repeat", "", defaults_table(summaries),
+              "", "## Folded into the dataset, and on lanes", "", fold_lanes_table(summaries),
               "", "## Targets", "", targets_table(summaries)]
     return "\n".join(lines) + "\n"
 
@@ -203,7 +243,7 @@ def summary_markdown(result: dict, summaries: list[dict]) -> str:
         f"({machine.get('date')}; load average at end {machine['load_average_at_end']}); "
         f"{result['parameters']['repeats']} interleaved repeats, median (range) of per-repeat ratios.",
         "",
-        defaults_table(summaries), "", targets_table(summaries), ""])
+        defaults_table(summaries), "", fold_lanes_table(summaries), "", targets_table(summaries), ""])
 
 
 def plot(summaries: list[dict]):

@@ -12,11 +12,17 @@ Every configuration trains the same model on the same CSV through a real input p
     no_stage         the plain graph
     tfdata_prefetch  ... -> prefetch(AUTOTUNE) -> iterator, no stage
     tfdata_map       parsing and preprocessing in the Dataset.map, then prefetch(AUTOTUNE)
-    staged           smartstage.staged() right after parsing (the hand-placed stage), plain Session
-    smart            the same staged graph through ss.Session with do_smart_stage
+    staged           smartstage.staged() right after parsing (the hand-placed stage), plain Session: lanes
+    staged_fold      the same graph through ss.Session with the flag off: the stage folded into its dataset
+    smart            the same staged graph through ss.Session with do_smart_stage (folded, the default)
+    smart_lanes      the same with tf_data_stage="lanes": the expanded stage on the prefetch threads
     smart_prefetch   SmartStage on a pipeline that keeps its own prefetch(AUTOTUNE)
     auto_stage       the no-stage graph through ss.Session with do_smart_stage and auto-stage: the
-                     optimizer inserts the stage at the iterator and expands it
+                     optimizer inserts the stage at the iterator, expands it and folds it
+    auto_stage_lanes the same with tf_data_stage="lanes"
+
+A folded stage has no buffer and no thread of ours: staged()'s capacity and num_threads are the dataset's
+prefetch and map parallelism, built into the graph, so a folded configuration runs its defaults only.
 
 A `Setting` is one point of the grid: producer threads (the stage's num_threads), the stage's
 capacity, whether prefetch runs get their own inter-op pool, and the session's inter-op pool size.
@@ -118,6 +124,8 @@ class Config:
     stage: str  # "none" | "staged" | "smart" | "auto"
     prefetch: bool = False  # the dataset ends in prefetch(AUTOTUNE)
     preprocess_in_dataset: bool = False
+    tf_data_stage: str = "lanes"  # SmartStageOptions.tf_data_stage of the session: "fold" | "lanes"
+    flag_off_session: bool = False  # staged() through ss.Session with the flag off (the session folds it)
 
     @property
     def has_stage(self) -> bool:
@@ -125,32 +133,48 @@ class Config:
 
     @property
     def rewritten(self) -> bool:
-        """SmartStage rewrites the graph when the session is created."""
-        return self.stage in ("smart", "auto")
+        """A SmartStage session changes the graph when it is created (expands, folds, or both)."""
+        return self.stage in ("smart", "auto") or self.flag_off_session
+
+    @property
+    def folds(self) -> bool:
+        """The stage is folded into its dataset: no buffer, no prefetch threads, the defaults only."""
+        return self.rewritten and self.tf_data_stage == "fold"
 
     def session_config(self, config: tf.compat.v1.ConfigProto, workload: Workload | None = None,
                        capacity: int = ss.AUTOTUNE) -> tf.compat.v1.ConfigProto:
-        """`config` with SmartStage turned on as this configuration's user would (auto-stage: the
-        stage it inserts gets `capacity`, and pool 1 on one core per side)."""
+        """`config` with SmartStage as this configuration's user would set it (auto-stage: the stage it
+        inserts gets `capacity`, and pool 1 on one core per side; the flag off: only tf_data_stage)."""
         gpu = workload is not None and workload.gpu
+        if self.flag_off_session:
+            entry = config.graph_options.rewrite_options.custom_optimizers.add(name="SmartStage")
+            entry.parameter_map["do_smart_stage"].b = False
+            entry.parameter_map["tf_data_stage"].s = self.tf_data_stage.encode()
+            return config
         if self.stage != "auto":
-            return ss.enable_smart_stage(config, gpu=gpu)
+            return ss.enable_smart_stage(config, gpu=gpu, tf_data_stage=self.tf_data_stage)
         arguments = stage_arguments(workload, capacity) if workload is not None else {"capacity": capacity}
-        return ss.enable_smart_stage(config, gpu=gpu, auto_stage=ss.AutoStageOptions(**arguments))
+        return ss.enable_smart_stage(config, gpu=gpu, auto_stage=ss.AutoStageOptions(**arguments),
+                                     tf_data_stage=self.tf_data_stage)
 
 
 CONFIGS: tuple[Config, ...] = (
     Config("no_stage", "no stage", "none"),
     Config("staged", "stage after parsing (staged)", "staged"),
+    Config("staged_fold", "staged(), flag off, folded", "staged", tf_data_stage="fold", flag_off_session=True),
     Config("tfdata_prefetch", "tf.data prefetch(AUTOTUNE)", "none", prefetch=True),
     Config("tfdata_map", "preprocessing in tf.data map + prefetch", "none", prefetch=True, preprocess_in_dataset=True),
-    Config("smart", "SmartStage", "smart"),
-    Config("smart_prefetch", "SmartStage + tf.data prefetch", "smart", prefetch=True),
-    Config("auto_stage", "SmartStage auto-stage (no staged())", "auto"),
+    Config("smart", "SmartStage", "smart", tf_data_stage="fold"),
+    Config("smart_lanes", "SmartStage on lanes", "smart"),
+    Config("smart_prefetch", "SmartStage + tf.data prefetch", "smart", prefetch=True, tf_data_stage="fold"),
+    Config("auto_stage", "SmartStage auto-stage (no staged())", "auto", tf_data_stage="fold"),
+    Config("auto_stage_lanes", "SmartStage auto-stage on lanes", "auto"),
 )
 CONFIGS_BY_NAME = {c.name: c for c in CONFIGS}
 ALTERNATIVES = ("no_stage", "staged", "tfdata_prefetch", "tfdata_map")
-SMART = ("smart", "smart_prefetch", "auto_stage")
+SMART = ("smart", "smart_lanes", "smart_prefetch", "auto_stage", "auto_stage_lanes")
+# Side by side in one interleaved run: (folded, on lanes) of the same graph and flag.
+FOLD_PAIRS = (("staged_fold", "staged"), ("smart", "smart_lanes"), ("auto_stage", "auto_stage_lanes"))
 
 
 def grid_for(config: Config, threads: tuple[int, ...] = (1, 2, 4), inter_ops: tuple[int, ...] = (0, 4),
@@ -162,6 +186,8 @@ def grid_for(config: Config, threads: tuple[int, ...] = (1, 2, 4), inter_ops: tu
     """
     if not config.has_stage:
         return sorted({Setting(inter_op=i) for i in inter_ops}, key=lambda s: (s != DEFAULT_SETTING, s))
+    if config.folds:  # the dataset's map and prefetch are built from staged()'s arguments: no runtime setting
+        return [DEFAULT_SETTING]
     points = [Setting(threads=k, capacity=c, own_pool=own) for k in threads for c in capacities for own in pools]
     return [DEFAULT_SETTING] + sorted(set(points) - {DEFAULT_SETTING})
 
@@ -302,7 +328,10 @@ class OpenRun:
         return int(sum(self.sess.run([name + ":0" for name in names]))) if names else 0
 
     def settle(self, max_steps: int, max_seconds: float) -> dict:
-        """Trains until every tuned stage settled; what it took and what the tuner chose."""
+        """Trains until every tuned stage settled; what it took and what the tuner chose (a folded stage:
+        nothing to settle, tf.data tunes its map and prefetch as it runs)."""
+        if self.runner.config.folds and self.prefetch_threads() is None:
+            return {"steps": 0, "seconds": 0.0, "settled": True, "decisions": [], "folded": True}
         start, steps = time.perf_counter(), 0
         while steps < max_steps and time.perf_counter() - start < max_seconds:
             self.train()

@@ -47,18 +47,29 @@ def test_e2e_smoke_measures_every_configuration(smoke_runs):
     result = _latest(out, "e2e")
     (workload,) = result["workloads"]
     assert not workload["errors"]
-    for name in ("no_stage", "staged", "tfdata_prefetch", "tfdata_map", "smart", "smart_prefetch", "auto_stage"):
+    for name in ("no_stage", "staged", "staged_fold", "tfdata_prefetch", "tfdata_map", "smart", "smart_lanes",
+                 "smart_prefetch", "auto_stage", "auto_stage_lanes"):
         row = workload["rows"][name]
         assert row["default"]["median"] > 0, name
-        if name in ("staged", "smart", "smart_prefetch", "auto_stage"):  # a hand-tuned grid point as well
+        if name in ("staged", "smart_lanes", "auto_stage_lanes"):  # on lanes: a hand-tuned grid point as well
             assert row["best"]["median"] > 0 and row["best_label"] != "AUTOTUNE (defaults)", name
-    for name in ("staged", "smart", "smart_prefetch", "auto_stage"):  # AUTOTUNE settled before the blocks
+    for name in ("staged", "smart_lanes", "auto_stage_lanes"):  # AUTOTUNE settled before the blocks
         assert workload["settle"][name]["settled"], workload["settle"][name]
+    for name in ("staged_fold", "smart", "smart_prefetch", "auto_stage"):  # folded: nothing of ours to settle
+        assert workload["settle"][name] == {"steps": 0, "seconds": 0.0, "settled": True, "decisions": [],
+                                            "folded": True}, name
+    # folded and lanes side by side, each with its fraction of min(bare step, CPU bound) of the same repeat
+    assert [(r["folded"], r["lanes"]) for r in workload["fold_lanes"]] == [
+        ("staged_fold", "staged"), ("smart", "smart_lanes"), ("auto_stage", "auto_stage_lanes")]
+    for row in workload["fold_lanes"]:
+        assert row["folded_of_limit"]["median"] > 0 and row["lanes_of_limit"]["median"] > 0, row
     assert workload["smart_stage"]["moved"] > 0
     assert workload["sides_ms"]["input"]["t_train"]["median"] > 0
     assert workload["sides_ms"]["smart"]["t_train"]["median"] > 0
-    assert "| dlrm/io | SmartStage | >= 0.95x own best grid point |" in stdout
+    assert "| dlrm/io | SmartStage | >= 0.9 of the limit |" in stdout
     assert "| dlrm/io | SmartStage auto-stage (no staged()) | never below no stage (>= 1.0x) |" in stdout
+    assert "| dlrm/io | SmartStage | " in stdout and "| dlrm/io | SmartStage | SmartStage on lanes |" not in stdout
+    assert "| dlrm/io | staged(), flag off, folded |" in stdout  # the folded / lanes table
     assert "| dlrm/io | SmartStage |" in (out / "e2e-summary-latest.md").read_text()
     if _has_matplotlib():
         assert (out / "e2e-latest.png").stat().st_size > 0
@@ -206,11 +217,14 @@ def test_accelerator_smoke_measures_every_configuration_the_bare_step_and_the_bo
     (workload,) = _latest(tmp_path, "accelerator")["workloads"]
     assert workload["workload"]["device_ms"] == 2.0 and not workload["errors"]
     rates = workload["accelerator"]["rates"]
-    for name in ("no_stage", "staged", "tfdata_prefetch", "tfdata_map", "smart", "auto_stage"):
+    for name in ("no_stage", "staged", "staged_fold", "tfdata_prefetch", "tfdata_map", "smart", "smart_lanes",
+                 "auto_stage", "auto_stage_lanes"):
         assert rates[name]["median"] > 0, name
+    assert len(workload["fold_lanes"]) == 3
     assert workload["accelerator"]["bare"]["median"] > 0 and workload["accelerator"]["cpu_bound"]["median"] > 0
     report = (tmp_path / "accelerator-latest.md").read_text()
     assert "| dlrm/device 2 ms | SmartStage |" in report
+    assert "| dlrm/device 2 ms | SmartStage | " in report and "| SmartStage on lanes |" in report
     # the family does not run SmartStage + tf.data prefetch: no row of dashes, no "not settled" for it
     assert "| SmartStage + tf.data prefetch | - |" not in report and "not settled (- steps)" not in report
 
