@@ -153,3 +153,34 @@ def test_a_split_step_is_reused_only_for_its_element_spec():
     first = split_model_step(model, TRAIN_STEP, fm.dataset(("user", "item")))
     assert split_model_step(model, TRAIN_STEP, fm.dataset(("user", "item"), seed=4)) is first
     assert split_model_step(model, TRAIN_STEP, fm.dataset(("user", "item"), weights=True)) is not first
+
+
+def _ids_dataset():
+    rng = np.random.default_rng(0)
+    return tf.data.Dataset.from_tensor_slices(
+        (rng.integers(0, 50, (32, 3)), rng.uniform(size=(32, 1)).astype("float32"))).batch(8)
+
+
+def _sequential(family):
+    #   ids -> Hashing(16) -> Embedding -> GlobalAveragePooling1D -> Dense      (no Input: no layer graph)
+    family.utils.set_random_seed(1)
+    model = family.Sequential([family.layers.Hashing(16), family.layers.Embedding(16, 4),
+                               family.layers.GlobalAveragePooling1D(), family.layers.Dense(1)])
+    model.compile(family.optimizers.Adam(0.01), "mse")
+    return model
+
+
+@pytest.mark.parametrize("family", [keras, tf_keras], ids=["keras3", "tf_keras"])
+def test_sequential_without_input_and_a_checkpoint_during_fit(family, tmp_path):
+    path = str(tmp_path / ("best.keras" if family is keras else "best"))  # tf_keras: a SavedModel directory
+    reference = _sequential(family)
+    reference.fit(_ids_dataset(), epochs=2, verbose=0)
+    model = _sequential(family)
+    history = sst.fit(model, _ids_dataset(), epochs=2, verbose=0,
+                      callbacks=[family.callbacks.ModelCheckpoint(path, monitor="loss")])
+    assert type(history.smartstage).__name__ == "StepFit"
+    assert history.history == reference.history.history
+    assert_same_weights(reference, model)
+    ids = next(iter(_ids_dataset()))[0]
+    saved = family.models.load_model(path)                  # saved by the callback, during the split fit
+    np.testing.assert_array_equal(saved.predict(ids, verbose=0), model.predict(ids, verbose=0))
