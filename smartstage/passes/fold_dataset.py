@@ -254,14 +254,20 @@ def _order_free_call(view: GraphView, attrs, seen: frozenset[str] = frozenset())
 
 def _stage_ops(view: GraphView, stage: StageBoundary) -> set[str]:
     """The stage's own ops, which leave the graph with its buffer: every queue op on the buffer (put, take,
-    close, cancel, size, ...), the ready guard (its buffer and everything computed from it, down to the
-    check the take waits on) and the constants only they read."""
+    close, cancel, size, ...), the ready guard and auto-stage's stale marks (their queues and everything
+    computed from them, down to the checks the take waits on), its reset, and the constants only they read."""
     stage_def = stage.stage_def
     ops = set(stage.ops)
     if stage.buffer:
         ops |= {c for c in view.consumers(stage.buffer) if any(t.node == stage.buffer for t in view.data_inputs(c))}
-    guard = stage_def.ready_buffer_node if stage_def is not None else ""
-    if guard and guard in view:
+    guards = []  # the stage's own queues besides the buffer: the ready guard, auto-stage's stale marks
+    if stage_def is not None:
+        guards.append(stage_def.ready_buffer_node)
+        if stage_def.stale_mark_node in view:
+            guards.append(view.data_inputs(stage_def.stale_mark_node)[0].node)
+        if stage_def.reset_node in view:
+            ops.add(stage_def.reset_node)
+    for guard in [g for g in guards if g and g in view]:
         ops.add(guard)
         frontier = [guard]
         while frontier:  # the guard is the stage's own: all of it goes
@@ -270,7 +276,7 @@ def _stage_ops(view: GraphView, stage: StageBoundary) -> set[str]:
                 if c not in ops and any(t.node == name for t in view.data_inputs(c)):
                     ops.add(c)
                     frontier.append(c)
-    frontier = [t.node for n in ops for t in view.inputs(n)]
+    frontier = [t.node for n in ops for t in view.inputs(n)] + [c for n in ops for c in view.control_inputs(n)]
     while frontier:  # what only the removed ops read: the guard's message, its token, ...
         name = frontier.pop()
         if name in ops or name not in view or _stateful(view.op(name)):
@@ -312,6 +318,7 @@ class FoldDataset:
                 f"num_parallel_calls={_setting(fit.num_parallel_calls)}, deterministic={fit.deterministic}) then "
                 f"prefetch({_setting(fit.buffer_size)}); the iterator yields the {len(fit.outputs)} boundary "
                 f"tensor(s), the step reads {read_name(fit)}; the buffer and its {len(fit.removed)} op(s) are gone")
+        rewire_folded(log, view, chosen)
         folded = {fit.stage for fit in chosen}
         ctx.stages[:] = [s for s in ctx.stages if s.name not in folded]
         new = apply_to_graph_def(graph_def, log.edits, view)
@@ -329,9 +336,7 @@ def read_name(fit: FoldFit) -> str:
 
 def fold_stage(log: EditLog, view: GraphView, fit: FoldFit, library: dict[str, function_pb2.FunctionDef]) -> None:
     """Records the fold of one stage: the map and prefetch after each dataset, the iterator's new element
-    types, the new read, the main side rewired to it, the stage's ops and the old body removed."""
-    import tensorflow as tf  # the Python API builds the prefetch in the scratch graph
-
+    types, the new read (rewire_folded then points the main side at it and removes what the fold replaces)."""
     body = DatasetBody(fit.read, fit.body, fit.outputs, fit.captures, fit.waits)
     device = view.node(fit.read).device
 
@@ -351,7 +356,6 @@ def fold_stage(log: EditLog, view: GraphView, fit: FoldFit, library: dict[str, f
         end = names[parse_tensor_name(scratch.dataset).node]
         inputs = [end, *view.raw_inputs(maker)[1:]]
         log.set_inputs(maker, dedupe_controls(raw for raw in inputs if parse_tensor_name(raw).node not in fit.removed))
-    del tf
     type_list = attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(type=list(types)))
     shape_list = attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(shape=list(shapes)))
     log.set_attr(fit.iterator, "output_types", type_list)
@@ -361,8 +365,14 @@ def fold_stage(log: EditLog, view: GraphView, fit: FoldFit, library: dict[str, f
     read.attr["output_types"].CopyFrom(type_list)
     read.attr["output_shapes"].CopyFrom(shape_list)
     log.add_node(read)
-    removed = set(fit.removed)
-    dropped = removed | (set(fit.body) - set(fit.kept)) | {fit.read}
+
+
+def rewire_folded(log: EditLog, view: GraphView, fits: list[FoldFit]) -> None:
+    """Records, for every folded stage at once, the main side reading the new reads where it read the takes
+    (a control edge on a take waits on the new read; one on another removed op goes) and the removal of the
+    stages' ops, the old reads and the body. One SetInputs per node: a node may read several folded takes."""
+    take_of = {fit.take: read_name(fit) for fit in fits}
+    dropped = {n for fit in fits for n in (*fit.removed, *(set(fit.body) - set(fit.kept)), fit.read)}
     for name in view.names():
         if name in dropped:
             continue
@@ -370,8 +380,9 @@ def fold_stage(log: EditLog, view: GraphView, fit: FoldFit, library: dict[str, f
         new = []
         for raw in inputs:
             t = parse_tensor_name(raw)
-            if t.node == fit.take:
-                new.append(f"^{read.name}" if t.is_control else f"{read.name}:{t.port}" if t.port else read.name)
+            if t.node in take_of:
+                read = take_of[t.node]
+                new.append(f"^{read}" if t.is_control else f"{read}:{t.port}" if t.port else read)
             elif t.node in dropped:
                 if not t.is_control:  # fold_fit refused a stage whose ops are read elsewhere
                     raise AssertionError(f"node {name!r} reads {raw!r}, which the fold removes")
@@ -411,4 +422,4 @@ def _fold_one_shot(log: EditLog, view: GraphView, fit: FoldFit, body: DatasetBod
     return scratch.output_types, scratch.output_shapes
 
 
-__all__ = ["AUTOTUNE", "FoldDataset", "FoldFit", "SCOPE", "fold_fit", "fold_stage", "read_name"]
+__all__ = ["AUTOTUNE", "FoldDataset", "FoldFit", "SCOPE", "fold_fit", "fold_stage", "read_name", "rewire_folded"]

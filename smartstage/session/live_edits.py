@@ -138,6 +138,10 @@ class _Net:
                 self.stage_defs[edit.stage_def.name] = edit.stage_def
             elif not isinstance(edit, MoveToEnd):  # no node order in a live graph
                 raise GraphError(f"{where}: unknown edit kind {type(edit).__name__}")
+        for name in self.detached:  # a detached op keeps what it read: no step runs it
+            self.inputs.pop(name, None)
+            self.devices.pop(name, None)
+            self.attrs.pop(name, None)
         for name, inputs in [*self.inputs.items(), *((n.name, n.input) for n in self.added.values())]:
             for raw in inputs:
                 source = parse_tensor_name(raw).node

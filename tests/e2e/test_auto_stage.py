@@ -24,8 +24,9 @@ STEP_MILLIS = 20000
 
 
 def auto(capacity: int = 3, num_threads: int = 1, **kwargs) -> tf.compat.v1.ConfigProto:
-    """Auto-stage with room for stale batches: a stage holds up to `capacity` batches read ahead."""
-    return ss.enable_smart_stage(tf.compat.v1.ConfigProto(), auto_stage=ss.AutoStageOptions(
+    """Auto-stage with room for stale batches: a stage holds up to `capacity` batches read ahead (lanes: these
+    tests check the inserted stage's buffer; tests/session/test_fold_session.py covers the fold)."""
+    return ss.enable_smart_stage(tf.compat.v1.ConfigProto(), tf_data_stage="lanes", auto_stage=ss.AutoStageOptions(
         capacity=capacity, num_threads=num_threads, **kwargs))
 
 

@@ -101,7 +101,7 @@ def test_values_identical_step_by_step(builder, expect_moved):
     meta, fetches = _build(builder)
     result = optimize(meta, ON)
     assert result.changed
-    moved_ops = {n.op for n in result.graph_def.node if n.name in result.moved()}
+    moved_ops = {n.op for n in result.original_graph_def.node if n.name in result.moved()}  # a fold maps them
     assert moved_ops & expect_moved, f"expected one of {expect_moved} to move, moved ops: {sorted(moved_ops)}"
     comparison = compare_runs(meta, result.meta_graph_def, fetches, STEPS)
     assert comparison.identical, comparison.describe()
@@ -111,7 +111,7 @@ def test_values_identical_step_by_step(builder, expect_moved):
 def test_vocabulary_lookup_moves_and_values_stay_identical(tmp_path):
     meta, fetches = _build(vocab_graph, tmp_path)
     result = optimize(meta, ON)
-    moved_ops = {n.op for n in result.graph_def.node if n.name in result.moved()}
+    moved_ops = {n.op for n in result.original_graph_def.node if n.name in result.moved()}  # a fold maps them
     assert "LookupTableFindV2" in moved_ops
     comparison = compare_runs(meta, result.meta_graph_def, fetches, STEPS)
     assert comparison.identical, comparison.describe()

@@ -131,3 +131,28 @@ def test_a_monitored_training_session_with_the_prefetch_hook_trains_the_folded_s
                 losses.append(sess.run([held["loss"], held["train"]])[0])
     off, _ = steps(tf.compat.v1.ConfigProto(), fetch_features=False)
     assert losses == [v[0] for v in off]
+
+
+def test_an_auto_stage_at_an_iterator_folds_and_re_initializing_restarts_the_input_as_stock_does():
+    #   range(10).batch(2) ==MakeIterator==> it -> next -> mul(3) -> sum -> assign_add(v)   (no staged(): auto-stage)
+    def build_epochs():
+        iterator = tf.compat.v1.data.make_initializable_iterator(tf.data.Dataset.range(10).batch(2))
+        loss = tf.reduce_sum(iterator.get_next(name="next") * 3, name="loss")
+        v = tf.compat.v1.get_variable("v", [], tf.int64, initializer=tf.compat.v1.zeros_initializer())
+        return iterator, loss, tf.compat.v1.assign_add(v, loss)
+
+    def run(session_of):
+        with tf.Graph().as_default():
+            iterator, loss, step = build_epochs()
+            with session_of() as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                sess.run(iterator.initializer)
+                first = [sess.run([loss, step])[0] for _ in range(2)]
+                sess.run(iterator.initializer)  # a new epoch from the start, nothing stale
+                return first + [sess.run([loss, step])[0] for _ in range(5)], sess
+
+    auto = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), auto_stage=True)
+    want, _ = run(tf.compat.v1.Session)
+    got, sess = run(lambda: ss.Session(config=auto))
+    assert got == want == [3, 15, 3, 15, 27, 39, 51]
+    assert [s.folded_into for s in sess.smart_stage.stages] == ["IteratorV2"]
