@@ -38,6 +38,7 @@ from typing import Any, Iterable
 import tensorflow as tf
 
 from smartstage.config.options import SmartStageOptions, options_from_config, to_session_config
+from smartstage.errors import SmartStageError
 from smartstage.graph.eager import require_graph_mode
 from smartstage.graph.op_types import ITERATOR_READS
 from smartstage.session.fetches import FetchMapper
@@ -72,7 +73,10 @@ def prepare_graph(graph: tf.Graph, options: SmartStageOptions, targets: Iterable
         return rewrite_live_graph(graph, options, targets or ())
     record = live_rewrite_of(graph)
     if record is None and options.tf_data_stage == "fold" and _reads_a_dataset(graph):
-        return rewrite_live_graph(graph, replace(options, do_smart_stage=True, expand=False), targets or ())
+        try:
+            return rewrite_live_graph(graph, replace(options, do_smart_stage=True, expand=False), targets or ())
+        except SmartStageError as error:  # the flag is off: the stages run on lanes, as built, rather than fail
+            logger.warning("SmartStage (flag off): the tf.data stages keep their lanes, not folded: %s", error)
     return record
 
 

@@ -120,3 +120,20 @@ def test_a_lanes_stage_on_a_checkpointed_iterator_warns_once(graph, caplog, monk
     assert len(warnings) == 1, warnings
     assert "stage 'stage'" in warnings[0] and f"'{iterator._iterator_resource.op.name}'" in warnings[0]
     assert "tf_data_stage='fold'" in warnings[0]
+
+
+def test_flag_off_a_fold_the_passes_refuse_leaves_the_stage_on_lanes_with_a_warning(graph, caplog, monkeypatch):
+    from smartstage.errors import GraphError
+    from smartstage.session import session as session_module
+
+    def refuse(graph, options, targets=()):
+        raise GraphError("node 'x' cannot be folded (a test's refusal)")
+
+    monkeypatch.setattr(session_module, "rewrite_live_graph", refuse)
+    y, iterator = _staged(capacity=2, num_threads=1)
+    with caplog.at_level(logging.WARNING, logger="smartstage"):
+        with ss.Session(graph=graph, config=_config(False)) as sess:
+            sess.run(iterator.initializer)
+            assert [int(sess.run(y, options=bounded())) for _ in range(3)] == [0, 3, 6]
+            assert [d.name for d in ss.stage_defs(graph)] == ["stage"] and sess.smart_stage is None
+    assert any("keep their lanes, not folded: node 'x' cannot be folded" in r.getMessage() for r in caplog.records)
