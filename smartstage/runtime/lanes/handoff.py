@@ -167,7 +167,7 @@ def _import_refusal(ops: list[tf.Operation]) -> str:
 
 
 def copy_refusal(ops: list[tf.Operation]) -> str:
-    """Why a lane cannot have its own copy of `ops` ("": it can). Analysis only: nothing is built.
+    """Why the lanes cannot have a copy of `ops` ("": they can). Analysis only: nothing is built.
 
         before:  body [while/Merge_1, ...] reading while/Enter (the loop counter, not copied)
         after:   "while/Merge_1: reads 'while/Enter:0' inside a control-flow-v1 while loop ..."

@@ -277,8 +277,8 @@ class OrderedProducer:
         feed = dict(feed)
         if lane.hand_in is None:
             feed.update(zip(self.lanes.split.cut, values))
-        # lane 0 alone measures: every lane carries the same tensors (a lane's own copy of the body: the
-        # original's bytes would run the head again)
+        # lane 0 measures (a fed lane) or every shared-lane run: the body copy's bytes, in the same fetch list
+        # (the original's bytes would run the head again)
         fetches = self._body_fetches(index)
         measure_bytes = (index == 0 or lane.ticket is not None) and (ticket < 4 or ticket % 16 == 0)
         started = time.monotonic()
