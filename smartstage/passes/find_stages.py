@@ -15,6 +15,7 @@ from __future__ import annotations
 from smartstage.graph.stages import find_stages
 
 
+
 class FindStages:
     """Pass: finds the stage boundaries (analysis only); NoStageError when there is none."""
 
@@ -29,6 +30,12 @@ class FindStages:
         view = ctx.view_of(graph_def)
         stages, notes = find_stages(view, ctx.stage_defs)
         ctx.stages, ctx.notes = stages, ctx.notes + notes
+        from smartstage.passes.fold_dataset import SCOPE  # what fold_dataset leaves of a stage: <stage>/SCOPE/...
+
+        folded = [] if stages else [n for n in view.names() if n.endswith(f"/{SCOPE}/IteratorGetNext")]
+        if folded and not ctx.options.auto_stage:  # optimize()'s own output: running it again changes nothing
+            return PassResult(graph_def, changed=False, details=stages,
+                              summary=(f"0 stage(s): already folded into datasets (read by {', '.join(folded)})",))
         if not stages and not ctx.options.auto_stage:
             raise NoStageError(
                 "the graph has no stage boundary (no put/take pair): wrap your parsed features with "

@@ -248,3 +248,10 @@ def test_a_check_the_step_waited_on_runs_in_the_map_and_fails_the_element_it_che
                 sess.run("train")
             with pytest.raises(tf.errors.InvalidArgumentError, match="assertion failed"):
                 sess.run("train")
+
+
+def test_optimizing_the_folded_graph_again_changes_nothing():
+    first = optimized(lookup_graph())
+    again = optimized(first.meta_graph_def)
+    assert not again.changed and again.graph_def == first.graph_def
+    assert "already folded into datasets" in again.reports[0].summary[0]
