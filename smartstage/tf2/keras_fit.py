@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,9 +43,10 @@ _DATA_ARGUMENTS = {
     "batch_size": "batch the dataset itself (dataset.batch(n))",
     "validation_batch_size": "batch the validation dataset itself",
 }
-# Keras 3 models split at layer level, keyed like step splits (keras_step.model_key); the entry holds the model,
-# so its id names no other model while the entry lives.
-_LAYER_SPLITS: dict[int, tuple[tuple, KerasSplit, Any]] = {}
+# Keras 3 models split at layer level, keyed like step splits (keras_step.model_key); an entry holds its model,
+# so the id names no other model while the entry lives, and only the last LAYER_SPLITS_KEPT models are kept.
+LAYER_SPLITS_KEPT = 8
+_LAYER_SPLITS: "OrderedDict[int, tuple[tuple, KerasSplit, Any]]" = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,11 @@ def _on_user_model(callback, model, trainer):
 
 
 def compile_like(trainer, model) -> None:
-    """Compiles `trainer` as `model` was compiled, sharing its optimizer, loss and metric objects."""
+    """Compiles `trainer` as `model` was compiled, sharing its optimizer, loss and metric objects.
+
+        before:  model.compile(adam, "mse", metrics=[mae]);  trainer = split_model(model).trainer
+        after:   compile_like(trainer, model)      # trainer.optimizer is adam, its metrics update mae
+    """
     config = getattr(getattr(model, "_compile_config", None), "config", None)
     if not getattr(model, "compiled", False) or config is None or getattr(model, "optimizer", None) is None:
         raise SplitError(f"fit(): model {model.name!r} is not compiled; call model.compile(optimizer, loss, ...) "
@@ -139,7 +145,13 @@ def _layer_split(model, dataset: tf.data.Dataset, deterministic: bool) -> KerasS
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         # The model's own compile state is built before the trainer updates the metric objects they share, so
         # model.evaluate() resets them as after model.fit (and reports the evaluation only).
-        model._symbolic_build(data_batch=dataset.element_spec)
+        try:
+            model._symbolic_build(data_batch=dataset.element_spec)
+        except Exception as e:  # model.fit would fail on these batches too
+            raise SplitError(f"fit(): model {model.name!r} does not build for the dataset's element_spec "
+                             f"{dataset.element_spec!r} ({type(e).__name__}: {str(e).strip().splitlines()[0]}); "
+                             "make the dataset yield what model.fit takes, (features, labels) or (features, "
+                             "labels, sample_weight), with every input the model has") from e
         key = (model_key(model, None), deterministic)
         cached = _LAYER_SPLITS.get(id(model))
         if cached is not None and cached[0] == key and cached[1].model is model:
@@ -148,6 +160,9 @@ def _layer_split(model, dataset: tf.data.Dataset, deterministic: bool) -> KerasS
         halves = split_model(model, deterministic=deterministic)
         compile_like(halves.trainer, model)
     _LAYER_SPLITS[id(model)] = (key, halves, model)
+    _LAYER_SPLITS.move_to_end(id(model))
+    while len(_LAYER_SPLITS) > LAYER_SPLITS_KEPT:
+        _LAYER_SPLITS.popitem(last=False)
     return halves
 
 

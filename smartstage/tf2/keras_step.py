@@ -43,7 +43,11 @@ _CACHE: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 
 def keras_family(model) -> str:
-    """"keras" (Keras 3) or "tf_keras" (Keras 2); SplitError for anything else."""
+    """"keras" (Keras 3) or "tf_keras" (Keras 2); SplitError for anything else.
+
+        before:  isinstance(model, keras.Model) or isinstance(model, tf_keras.Model)
+        after:   keras_family(model) -> "keras" | "tf_keras"
+    """
     try:
         import keras
 
@@ -63,13 +67,22 @@ def keras_family(model) -> str:
 
 
 def is_compiled(model) -> bool:
+    """Whether compile() ran with an optimizer, in either Keras.
+
+        before:  model.compiled (Keras 3) / model._is_compiled (tf_keras)
+        after:   is_compiled(model)
+    """
     if keras_family(model) == "keras":
         return bool(getattr(model, "compiled", False)) and getattr(model, "optimizer", None) is not None
     return bool(getattr(model, "_is_compiled", False)) and getattr(model, "optimizer", None) is not None
 
 
 def compile_identity(model) -> tuple:
-    """The objects compile() made: a new compile() makes new ones."""
+    """The objects compile() made, by identity: a new compile() makes new ones.
+
+        before:  model.compile(...); a = compile_identity(model)
+        after:   model.compile(...); compile_identity(model) != a
+    """
     if keras_family(model) == "keras":
         parts = (model.optimizer, getattr(model, "_compile_loss", None), getattr(model, "_compile_metrics", None),
                  getattr(model, "_loss_tracker", None))
@@ -80,7 +93,11 @@ def compile_identity(model) -> tuple:
 
 def model_key(model, element_spec) -> tuple:
     """What a split depends on: the element spec, every variable (identity, shape, dtype, trains or not) and
-    the compile state."""
+    the compile state (the cache keeps the compile objects alive, so their ids name no other object).
+
+        before:  key = model_key(model, ds.element_spec)
+        after:   model.layers[-1].trainable = False;  model_key(model, ds.element_spec) != key
+    """
     variables = tuple((id(v), tuple(v.shape), str(v.dtype), bool(v.trainable)) for v in model.variables)
     trainable = tuple(id(v) for v in model.trainable_variables)
     return (repr(element_spec), variables, trainable, compile_identity(model))

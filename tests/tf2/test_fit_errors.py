@@ -89,3 +89,13 @@ def test_a_failed_validation_split_changes_nothing():
         sst.fit(model, fm.dataset(KEYS), validation_data=bad_validation, epochs=1, verbose=0)
     assert model.train_function is None and "train_step" not in vars(model) and "test_step" not in vars(model)
     assert model.optimizer.iterations.numpy() == 0                       # nothing trained
+
+
+def test_a_functional_model_that_does_not_build_for_the_dataset():
+    from tests.tf2.keras_models import preprocessing_model, raw_dataset
+
+    model = preprocessing_model()
+    without_city = raw_dataset().map(lambda x, y: ({k: v for k, v in x.items() if k != "city"}, y))
+    with pytest.raises(SplitError, match=r"'ranker' does not build for the dataset's element_spec .*every input"):
+        sst.fit(model, without_city, epochs=1, verbose=0)
+    assert model.train_function is None and model.optimizer.iterations.numpy() == 0
