@@ -20,6 +20,14 @@ as the median with the range over repeats, so they compare side by side under th
    (`ss.Session` with the flag on). The share of the step (in percent) is (take-side cost) / (step time) for the
    training thread and (put-side cost) / (step time) for the prefetch thread.
 
+3. `--tf2`: the same question in a TF2 split (what the cut-cost rule, smartstage/passes/cut_cost.py, is
+   built on): a dataset of batch-512 int64 ids, mapped (AUTOTUNE, deterministic) then prefetched, feeding a
+   step that reads the ids and k shape-derived int32 scalars (Shape + StridedSlice of the ids, as a gradient
+   needs them). Three ways per k, per element, in microseconds: "carry" (the map computes the k scalars and the
+   element carries them: k+1 tensors), "recompute" (the element carries the ids alone, the step computes the k
+   scalars), and "no map" (no map at all, the step computes them: the map's own per-element cost is
+   no map vs recompute). (carry - recompute) / k is what carrying one small tensor costs beyond recomputing it.
+
 Grappler's meta optimizer is off in the queue-only sessions (the graphs are constants feeding a queue:
 it would fold them away); the training step runs with the session's defaults.
 """
@@ -196,6 +204,76 @@ class WorkloadStep:
         return 1e3 * self.run.sample(warmup=5, steps=steps).seconds / steps  # ms per step
 
 
+TF2_KS = (4, 16, 64)
+TF2_WAYS = ("carry", "recompute", "no map")
+
+
+def _tf2_program(way: str, k: int, batch: int = BATCH):
+    """(dataset iterator, step) for one way of getting k shape scalars of the ids to the step (part 3)."""
+    ids = tf.data.Dataset.from_tensors(tf.range(batch, dtype=tf.int64)).repeat()
+
+    def scalars(x):
+        shape = tf.shape(x)
+        return [shape[j % 1] + j for j in range(k)]  # k distinct StridedSlice + Add ops, as a gradient's shapes
+
+    if way == "carry":
+        ds = ids.map(lambda x: (x, *scalars(x)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    elif way == "recompute":
+        ds = ids.map(lambda x: (x,), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    else:
+        ds = tf.data.Dataset.from_tensors((tf.range(batch, dtype=tf.int64),)).repeat()  # no map function runs
+    ds = ds.prefetch(tf.data.AUTOTUNE)
+    specs = [tf.TensorSpec(s.shape, s.dtype) for s in tf.nest.flatten(ds.element_spec)]
+
+    def step(x, *carried):
+        values = list(carried) if carried else scalars(x)
+        return tf.reduce_sum(x) + tf.cast(tf.add_n(values), tf.int64)
+
+    concrete = tf.function(step, autograph=False).get_concrete_function(*specs)
+    return iter(ds), concrete
+
+
+def tf2_sample(program, elements: int) -> float:
+    """Microseconds per element: next(iterator), then the step's concrete function on the element."""
+    iterator, step = program
+    for _ in range(20):
+        step(*next(iterator))
+    start = time.perf_counter()
+    for _ in range(elements):
+        out = step(*next(iterator))
+    out.numpy()
+    return 1e6 * (time.perf_counter() - start) / elements
+
+
+def measure_tf2(repeats: int, elements: int, ks: Sequence[int] = TF2_KS) -> dict[str, Any]:
+    """Part 3 (module docstring): per k, the three ways, interleaved in a shuffled order in each repeat."""
+    programs = {(way, k): _tf2_program(way, k) for k in ks for way in TF2_WAYS}
+    samples: dict[tuple, list[float]] = {key: [] for key in programs}
+    rng = random.Random(1)
+    for repeat in range(repeats):
+        order = list(programs)
+        rng.shuffle(order)
+        for key in order:
+            samples[key].append(tf2_sample(programs[key], elements))
+        _progress(f"tf2 repeat {repeat + 1}/{repeats} done")
+    result = {}
+    for k in ks:
+        carry, recompute, plain = (samples[(w, k)] for w in TF2_WAYS)
+        result[k] = {"carry_us": Spread.of(carry), "recompute_us": Spread.of(recompute), "no_map_us": Spread.of(plain),
+                     # paired within a repeat: what one carried scalar costs beyond recomputing it
+                     "per_tensor_us": Spread.of((c - r) / k for c, r in zip(carry, recompute)),
+                     "map_us": Spread.of(r - p for r, p in zip(recompute, plain))}
+    return result
+
+
+def tf2_report_text(result: dict[Any, Any]) -> str:
+    rows = [[k, d["carry_us"].text(1), d["recompute_us"].text(1), d["no_map_us"].text(1), d["per_tensor_us"].text(2),
+             d["map_us"].text(1)] for k, d in result.items()]
+    return ("\nTF2 split, microseconds per element (median (range) over repeats):\n\n"
+            + markdown_table(["k shape scalars", "carry (k+1 tensors)", "recompute (1 tensor)", "no map",
+                              "(carry - recompute) / k", "the map itself (recompute - no map)"], rows) + "\n")
+
+
 def _summary(samples: list[dict[str, float]]) -> dict[str, Spread]:
     return {key: Spread.of(s[key] for s in samples) for key in ("put_us", "take_us", "empty2_us")}
 
@@ -288,6 +366,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--ks", type=lambda s: tuple(int(x) for x in s.split(",")), default=KS)
     parser.add_argument("--models", type=lambda s: tuple(m for m in s.split(",") if m), default=("dlrm", "wide_deep"),
                         help="workloads whose real cut is measured beside their step (comma-separated; '' for none)")
+    parser.add_argument("--tf2", action="store_true",
+                        help="only part 3: carrying vs recomputing small shape tensors in a TF2 split (eager)")
+    parser.add_argument("--elements", type=int, default=2000, help="elements per block in --tf2")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     return parser.parse_args(argv)
 
@@ -295,6 +376,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.tf2:
+        text = tf2_report_text(measure_tf2(args.repeats, args.elements))
+        print(text, end="")
+        return 0
     tf.compat.v1.disable_eager_execution()
     tf.get_logger().setLevel("ERROR")
     machine = machine_info()

@@ -7,7 +7,9 @@
 A node downstream of the take moves when its op type allows it (see pins.py) and every input, data or
 control, is available on the prefetch side: the take itself, a node that moves, or a free node. A node
 that would move but that nothing consumes is pinned as "fetched directly": it exists only to be fetched,
-and computing it on the prefetch side would give the value of another batch than the one trained on.
+and computing it on the prefetch side would give the value of another batch than the one trained on. A
+moved node cheaper to recompute on the main side than its outputs are to carry stays there ("recompute",
+cut_cost.py), and a stage whose moved part does no work worth a buffer stays as it was.
 
 The boundary tensors are named as the prefetch side sees them: a take output stands for the put input
 it carries. Order: the old components that still cross, in their old order, then the new ones in
@@ -24,6 +26,7 @@ from smartstage.graph.view import GraphView
 from smartstage.graph.op_types import is_stateful_op
 from smartstage.graph.stages import StageBoundary
 from smartstage.graph.op_types import RANDOM_OPS
+from smartstage.passes.cut_cost import plan_cut
 from smartstage.passes.pins import Pin, PinRules
 
 
@@ -40,6 +43,8 @@ class StagePartition:
     control_reroutes: tuple[tuple[str, str], ...] = ()
     # Why the stage stays as it was ("" when the partition is to be applied).
     skipped: str = ""
+    # Moved nodes the cut-cost rule keeps on the main side (each also in `pinned`, kind "recompute").
+    recomputed: tuple[str, ...] = ()
     # What each output of the old take carried: take:k stood for the put input take_ports[k].
     take_ports: tuple[str, ...] = ()
     # For the rewrite: moved nodes that read the take, and main-side nodes that read the take or a moved node.
@@ -209,6 +214,12 @@ def _finish(view: GraphView, st: _StageState, consumed: set[str], kept_ports: li
         pinned[name] = Pin("fetched_directly", name,
                            f"nothing consumes {name!r}: it is fetched directly, and on the prefetch side it "
                            "would be computed from another batch than the one trained on")
+    # What is cheaper to recompute on the main side than to carry stays there (cut_cost.py).
+    plan = plan_cut(view, moved, take, fixed=st.pulled,
+                    crossing_anyway=[f"{take}:{port}" for port in kept_ports])
+    for name, reason in plan.recomputed.items():
+        del moved[name]
+        pinned[name] = Pin("recompute", name, reason)
 
     crossing: dict[str, tuple[int, int]] = {}
     reroutes: dict[tuple[str, str], None] = {}
@@ -253,7 +264,9 @@ def _finish(view: GraphView, st: _StageState, consumed: set[str], kept_ports: li
     after = tuple(sorted(crossing, key=crossing.__getitem__))
 
     skipped = ""
-    if not moved:
+    if not plan.worth_moving:
+        skipped = f"{plan.reason}; the stage stays as it was"
+    elif not moved:
         first = next(iter(pinned.items()), None)
         skipped = ("nothing to move: the take has no consumers" if first is None else
                    f"nothing to move: every consumer of the take stays on the main side (e.g. {first[0]!r}: "
@@ -264,7 +277,8 @@ def _finish(view: GraphView, st: _StageState, consumed: set[str], kept_ports: li
     return StagePartition(stage=stage, moved=tuple(moved), pinned=pinned, boundary_before=before,
                           boundary_after=after, control_reroutes=tuple(reroutes), skipped=skipped,
                           take_ports=tuple(str(t) for t in st.put_inputs),
-                          take_readers=tuple(take_readers), main_readers=tuple(main_readers))
+                          take_readers=tuple(take_readers), main_readers=tuple(main_readers),
+                          recomputed=tuple(plan.recomputed))
 
 
 class Partition:

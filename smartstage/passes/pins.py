@@ -35,7 +35,7 @@ class Pin:
     """Why a node stays on the main side.
 
     kind: variable, mutable_state, feed, control_flow, target, fetched_directly, input_op, other_stage,
-    stateful, unknown_op, function_state. cause: the node at the root of the reason. via: the input
+    stateful, unknown_op, function_state, recompute (cut_cost.py: cheaper on the main side than carried). cause: the node at the root of the reason. via: the input
     this node inherited the pin through (None for the cause itself). detail: a sentence about the cause.
     """
 

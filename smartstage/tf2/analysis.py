@@ -77,6 +77,27 @@ def _renamed(raw: str, old: str, new: str) -> str:
     return raw if src != old else raw.replace(old, new, 1)
 
 
+def with_output_shapes(graph_def: graph_pb2.GraphDef, traced: TracedStep) -> graph_pb2.GraphDef:
+    """`graph_def` with each node of the step's graph annotated with its static output shapes (`_output_shapes`),
+    as a v1 graph exported with shapes has them: the cut-cost rule reads tensor sizes from them."""
+    graph = traced.concrete.graph
+    out = graph_pb2.GraphDef()
+    out.CopyFrom(graph_def)
+    for node in out.node:
+        if "_output_shapes" in node.attr:
+            continue
+        try:
+            op = graph.get_operation_by_name(node.name)
+        except (KeyError, ValueError):
+            continue  # a stand-in of the analysis graph
+        if op.type != node.op:
+            continue  # a capture's stand-in under the placeholder's name
+        shapes = node.attr["_output_shapes"].list.shape
+        for tensor in op.outputs:
+            shapes.add().CopyFrom(tensor.shape.as_proto())
+    return out
+
+
 def analyse(traced: TracedStep, tables: dict[int, object], read_only: bool = True) -> Analysis:
     """The step's partition: its graph staged at its inputs, optimized with the v1 rules.
 
@@ -101,7 +122,7 @@ def analyse(traced: TracedStep, tables: dict[int, object], read_only: bool = Tru
                 log.set_inputs(reader, [_renamed(s, old, new) for s in log.inputs_of(reader)])
     random_state_edits(view, log)
     stage_edits(view, traced.inputs, log)
-    graph_def = apply_to_graph_def(emptied, log.edits, log.view)
+    graph_def = with_output_shapes(apply_to_graph_def(emptied, log.edits, log.view), traced)
     result = optimize(graph_def, enable_smart_stage(), targets=traced.targets)
     return Analysis(graph_def=graph_def, result=result, states=tuple(states))
 

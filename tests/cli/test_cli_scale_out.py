@@ -68,7 +68,7 @@ def test_diff_and_the_reports_show_the_placement(model, tmp_path, capsys):
                        "--report", report, "--html", html)
     assert code == 0, err
     (stage,) = json.loads(report.read_text())["placement"]
-    assert stage["mode"] == "sharded" and [t["nodes"] for t in stage["tasks"]] == [25, 25, 25]
+    assert stage["mode"] == "sharded" and [t["nodes"] for t in stage["tasks"]] == [21, 21, 21]
     assert "Placement on input tasks" in html.read_text()
     code, out, _ = run(capsys, "diff", model, fast)
     assert code == 0 and "\n".join("  " + line for line in SHARDED_3) in out

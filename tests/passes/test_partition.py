@@ -132,11 +132,11 @@ def test_other_input_op_is_a_barrier():
 
 
 def test_main_side_control_edge_pins_and_prefetch_control_edge_is_rerouted():
-    #   take -> check(Assert) -^-> loss      take -> a -> loss;   init -^-> b
+    #   take -> check(Assert) -^-> loss      take -> a(Square) -> loss;   init -^-> b
     g = G(reader("r", tf.int64), *fifo_stage(["r"], dtypes=[tf.int64]),
           N("ok", "Const", dtype=tf.bool, value=True),
           N("check", "Assert", ["ok", "stage/take"], T=[tf.int64], summarize=3),
-          N("a", "Identity", ["stage/take"], T=tf.int64),
+          N("a", "Square", ["stage/take"], T=tf.int64),
           *variable("w"),
           N("init", "Assign", ["w", "w/read"], T=tf.float32),
           N("b", "Identity", ["stage/take", "^init"], T=tf.int64),

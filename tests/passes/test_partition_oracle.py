@@ -9,6 +9,7 @@ are exactly those the oracle derives from the rules in plain graph terms:
              + the non-free nodes outside the take's reach that feed them (a random op of constants and
                what is computed from it only: pulled behind the stage)
     boundary = each main-side read of the take or a moved node, and every targeted take output
+    (minus what the cut-cost rule recomputes on the main side: checked to be recomputable and read there only)
 
 The oracle shares no code with the partition: networkx does the graph walks.
 """
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 from smartstage.config.options import enable_smart_stage
 from smartstage.graph.view import GraphView
 from smartstage.optimizer import optimize
+from smartstage.passes.cut_cost import recomputable
 from tests.builder import G, N
 from tests.passes.stage_graphs import fifo_stage
 from tests.passes.test_properties import stage_graphs
@@ -45,8 +47,10 @@ def staged_cases(draw):
     return graph_def, targets
 
 
-def check_against_oracle(view: GraphView, targets: list[str], moved: set[str]) -> set[str]:
-    """Asserts that `moved` follows the rules in reachability terms (networkx); returns the expected boundary."""
+def check_against_oracle(view: GraphView, targets: list[str], moved: set[str],
+                         recomputed: frozenset[str] = frozenset()) -> set[str]:
+    """Asserts that `moved` follows the rules in reachability terms (networkx); returns the expected boundary.
+    `recomputed`: what the cut-cost rule kept on the main side (each recomputable, every reader on the main side)."""
     graph = view.to_networkx()
     target_nodes = {t.split(":")[0] for t in targets}
     sources = {n for n, op in graph.nodes(data="op") if op in PIN_OPS} | (target_nodes - {TAKE})
@@ -66,6 +70,11 @@ def check_against_oracle(view: GraphView, targets: list[str], moved: set[str]) -
     assert must_pull <= moved, ("a moved node reads a random source left behind", sorted(must_pull - moved))
     behind = set(behind_take).union(*(nx.descendants(graph, p) for p in pulled)) - pulled - STAGE_NODES
     expected = {n for n in behind if n not in blocked and graph.out_degree(n) > 0}
+    assert recomputed <= expected, ("recomputed a node that would not move", sorted(recomputed - expected))
+    for name in recomputed:
+        assert recomputable(view, name), name
+        assert not set(graph.successors(name)) & moved, ("a recomputed node feeds the prefetch side", name)
+    expected -= recomputed
     assert moved & behind == expected, ("behind the stage", sorted((moved & behind) ^ expected), targets)
 
     put_inputs = [f"{src}:{port}" for src, _, _, port in _data_in_edges(graph, PUT)][1:]
@@ -95,7 +104,7 @@ def test_partition_matches_the_reachability_oracle(case):
     result = optimize(graph_def, ON, targets=targets)
     (partition,) = result.partitions
     moved = set(partition.moved)
-    boundary = check_against_oracle(view, targets, moved)
+    boundary = check_against_oracle(view, targets, moved, frozenset(partition.recomputed))
     if partition.changes_graph:
         assert set(partition.boundary_after) == boundary, targets
         # Each targeted output of the take is served by the new take output that carries it.

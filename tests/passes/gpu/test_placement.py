@@ -52,8 +52,8 @@ def stage_ops(name="stage", dtypes=(tf.string,), inputs=("rows",), device="", qu
 
 def model_graph(main=GPU0, prefetch=GPU0, stage_device="", rows_device=None):
     #   rows -> put ~~ take -> hash -----------------------------> lookup(w/read, hash) -> flat -> mix -> total -> loss
-    #                     \-> dense -> scaled(two) -> shape ------------------------------/       /      /
-    #                                         \---------------------------------------- two -----/------/
+    #                     \-> dense -> scaled(two) ---------------------------------------------/       /
+    #                              \-> shape (of dense, which does not cross) -------/  two -----/------/
     #   Before the rewrite everything after the take is on `main`; hash, dense, scaled and shape move to the
     #   prefetch side, "two" is read by both sides, lookup/flat/mix/total/loss stay.
     f, i32, i64, s = tf.float32, tf.int32, tf.int64, tf.string
@@ -64,7 +64,7 @@ def model_graph(main=GPU0, prefetch=GPU0, stage_device="", rows_device=None):
         N("dense", "StringToNumber", ["stage/take"], out_type=f, device=main),
         N("two", "Const", dtype=f, value=2.0, device=main),
         N("scaled", "Mul", ["dense", "two"], T=f, device=main),
-        N("shape", "Shape", ["scaled"], T=f, out_type=i32, device=main),
+        N("shape", "Shape", ["dense"], T=f, out_type=i32, device=main),
         N("w", "VariableV2", dtype=f, shape=[10, 1], device=main),
         N("w/read", "Identity", ["w"], T=f, device=main),
         N("axis", "Const", dtype=i32, value=0, device=main),
