@@ -41,6 +41,18 @@ class Analysis:
     def partition(self):
         return self.result.partitions[0]
 
+    @property
+    def worth_moving(self) -> bool:
+        """Whether the split pays: something moves and it does work (smartstage.passes.cut_cost). When False,
+        `why_not` says why; split() raises SplitError with it, fit() trains as model.fit would."""
+        return self.partition.changes_graph
+
+    @property
+    def why_not(self) -> str:
+        """Why nothing worth moving remains ("" when something is)."""
+        p = self.partition
+        return "" if p.changes_graph else (p.skipped or "nothing to move: no op depends on the batch alone")
+
 
 def _types(dtypes: list[int]) -> attr_value_pb2.AttrValue:
     return attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(type=dtypes))

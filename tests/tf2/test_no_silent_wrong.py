@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import smartstage.tf2 as sst
 from smartstage.errors import SplitError
+from smartstage.passes.cut_cost import CHEAP_OPS
 from tests.tf2.steps import dlrm_program, raw_dataset
 
 pytestmark = pytest.mark.usefixtures("eager")
@@ -106,3 +107,40 @@ def test_jit_compile_step_with_a_table_is_refused_and_the_fix_works():
         sst.split(tf.function(body, jit_compile=True), ds)
     split = sst.split(tf.function(body), ds, jit_compile=True)  # the fix the message gives: main side compiled
     assert [float(split.step(b)) for b in split.dataset] == [3.0, 4.0]
+
+
+def test_a_dense_step_with_nothing_worth_moving_is_refused_and_says_why():
+    w = tf.Variable(tf.ones([3, 1]))
+    optimizer = tf.keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def step(x, y):  # the batch alone feeds only the gradient's shapes: nothing worth a map
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, w)[:, 0] - y))
+        optimizer.apply_gradients(zip(tape.gradient(loss, [w]), [w]))
+        return loss
+
+    ds = tf.data.Dataset.from_tensor_slices((np.ones((16, 3), np.float32), np.ones(16, np.float32))).batch(4)
+    with pytest.raises(SplitError, match=r"nothing in 'step' can move .*nothing worth moving: the moved part is "
+                                         r"shape arithmetic only \(Shape\)"):
+        sst.split(step, ds)
+
+
+def test_the_keras_gradient_shapes_are_recomputed_in_the_step():
+    keras.utils.set_random_seed(3)
+    model = BagModel()
+    model.compile(keras.optimizers.SGD(0.1), "mse")
+    rng = np.random.default_rng(0)
+    ds = tf.data.Dataset.from_tensor_slices(({"ids": rng.integers(0, 10, (16, 3))},
+                                             rng.uniform(size=(16, 1)).astype("float32"))).batch(8)
+    model.fit(ds.take(1), verbose=0)
+    split = sst.split(tf.function(model.train_step), ds)
+    assert split.analysis.worth_moving and split.analysis.why_not == ""
+    recomputed = split.analysis.partition.recomputed
+    assert recomputed and all(split.pinned[n].kind == "recompute" for n in recomputed)
+    ops = {n.name: n.op for n in split.analysis.graph_def.node}
+    assert {ops[n] for n in recomputed} <= CHEAP_OPS
+    crossing_shapes = [t for t in split.boundary if ops[t.split(":")[0]] in ("Shape", "Size", "ExpandDims")]
+    assert not crossing_shapes  # every shape of a tensor that crosses anyway is recomputed
+    check = sst.verify(tf.function(model.train_step), ds, steps=2, split=split)
+    assert check.identical, check.describe()
