@@ -324,6 +324,15 @@ def adopt_late_ops(graph: tf.Graph, record: LiveRewrite) -> int:
         if lane_scopes and op.name.startswith(lane_scopes):
             continue
         changed = False
+        folded = {stage.folded_into: stage.name for stage in record.stages if stage.folded_into}
+        if op.type in ("MakeIterator", "IteratorGetNext", "IteratorGetNextSync") and op.inputs[-1].op.name in folded:
+            # The iterator yields the folded stage's boundary now; a dataset or read built later does not know it.
+            record.unservable[op.name] = (
+                f"{op.name!r} ({op.type}) was built after SmartStage folded stage '{folded[op.inputs[-1].op.name]}' "
+                f"into the dataset of iterator {op.inputs[-1].op.name!r}, whose elements are now that stage's "
+                "boundary tensors; build every initializer (make_initializer) and get_next() before creating the "
+                "session, or set tf_data_stage='lanes'")
+            continue
         for i, t in enumerate(op.inputs):
             if t.name in record.tensor_map:
                 op._update_input(i, record.tensor_map[t.name])  # noqa: SLF001

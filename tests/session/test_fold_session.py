@@ -156,3 +156,16 @@ def test_an_auto_stage_at_an_iterator_folds_and_re_initializing_restarts_the_inp
     got, sess = run(lambda: ss.Session(config=auto))
     assert got == want == [3, 15, 3, 15, 27, 39, 51]
     assert [s.folded_into for s in sess.smart_stage.stages] == ["IteratorV2"]
+
+
+def test_an_initializer_built_after_the_fold_is_refused_with_the_fix():
+    graph, held = build("reinitializable")
+    with graph.as_default(), ss.Session(config=ON) as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        from tensorflow.python.ops import gen_dataset_ops  # what Iterator.make_initializer builds
+
+        iterator = graph.get_operation_by_name("IteratorV2").outputs[0]
+        init = gen_dataset_ops.make_iterator(tf.data.experimental.to_variant(tf.data.Dataset.range(8).batch(4)),
+                                             iterator)
+        with pytest.raises(TargetError, match="build every initializer .* before creating the session"):
+            sess.run(init)
