@@ -131,6 +131,10 @@ class ModelStepSplit:
     def summary(self) -> str:
         return f"Keras model {self.model_name!r}, {self.method} split at op level:\n{self.split.summary()}"
 
+    def explain(self, node: str):
+        """Why `node` of the step's graph moved or stayed (an Explanation; .text() for the sentence)."""
+        return self.split.explain(node)
+
 
 def _step_function(model, method: str, autograph: bool):
     """A tf.function of the model class's own step method; it holds the model weakly (the cache holds it)."""

@@ -184,3 +184,27 @@ def test_sequential_without_input_and_a_checkpoint_during_fit(family, tmp_path):
     ids = next(iter(_ids_dataset()))[0]
     saved = family.models.load_model(path)                  # saved by the callback, during the split fit
     np.testing.assert_array_equal(saved.predict(ids, verbose=0), model.predict(ids, verbose=0))
+
+
+def test_the_step_route_on_tf_data_service_workers():
+    service = tf.data.experimental.service
+    dispatcher = service.DispatchServer(service.DispatcherConfig(port=0))
+    workers = [service.WorkerServer(service.WorkerConfig(dispatcher_address=dispatcher.target.split("://")[1]))
+               for _ in range(2)]
+    try:
+        model = fm.ranking_tf_keras()
+        model(raw_features(("user", "item")))          # built, so the weights before training can be read
+        losses = batch_losses(model)
+        before = [w.copy() for w in model.get_weights()]
+        assert before
+        history = sst.fit(model, fm.dataset(("user", "item")), epochs=2, callbacks=[losses], verbose=0,
+                          tfdata_service=dispatcher.target)
+        assert "LookupTableFindV2" in {n.op for n in history.smartstage.train.split.traced.graph_def.node
+                                       if n.name in history.smartstage.train.split.moved}
+        assert len(history.history["loss"]) == 2 and len(losses.losses) >= 12   # each worker batches its share
+        assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+        assert model.train_function is None and "train_step" not in vars(model)
+    finally:
+        for worker in workers:
+            worker._stop()  # noqa: SLF001  (TensorFlow's own tests stop servers this way)
+        dispatcher._stop()  # noqa: SLF001
