@@ -38,8 +38,9 @@ def test_folded_stage_restores_every_record_once(tmp_path, mode, threads, capaci
 def test_lanes_lose_what_their_buffer_held(tmp_path, mode, threads, capacity):
     counts = kill_and_resume(tmp_path, mode=mode, threads=threads, capacity=capacity, tf_data_stage="lanes")
     assert counts.resumed_ended and counts.repeated == [], counts.describe()
-    # The buffer held at least `capacity` batches of 4 records ahead of the checkpointed step.
-    assert len(counts.lost) >= 4 * min(capacity, 4), counts.describe()
+    # The buffer held at least one batch of 4 records ahead of the checkpointed step (it fills while the
+    # checkpoint is written), and the restore skips whole batches.
+    assert len(counts.lost) >= 4 and len(counts.lost) % 4 == 0, counts.describe()
 
 
 def _chain(tmp_path, mode: str, tf_data_stage: str = "") -> tuple[list[int], int]:
