@@ -6,8 +6,10 @@ a model the strategy cannot split (subclassed, tf_keras) is refused before anyth
     after:   with strategy.scope(): model = build();   ss.tf2.fit(model, ds, epochs=2)
 
 Logical devices must be configured before TensorFlow initializes, so the runs happen in a child process (this
-file as a script); the test reads its record. The raw inputs are numeric: Keras 3's model.fit under a strategy
-averages a first batch over the replicas to build the model, which string inputs cannot take.
+file as a script); the test reads its record. The compared model's raw inputs are numeric: Keras 3's model.fit
+under a strategy averages a first batch over the replicas to build the model, which string inputs cannot
+take. ss.tf2.fit trains a model with string inputs under the strategy (its distributed dataset carries the
+preprocessed features), and that is checked too.
 """
 
 from __future__ import annotations
@@ -98,6 +100,25 @@ def _child(out: Path) -> None:
             refused[name] = str(e)
         refused[name + "_own_functions"] = candidate.train_function is None and "train_step" not in vars(candidate)
     record["refused"] = refused
+
+    # String inputs: Keras 3's model.fit under a strategy averages a first batch over the replicas to build the
+    # model, which strings cannot take; the distributed dataset of ss.tf2.fit carries preprocessed features.
+    from tests.tf2.keras_models import preprocessing_model, raw_dataset
+
+    with strategy.scope():
+        strings = preprocessing_model()
+    try:
+        strings.fit(raw_dataset(), epochs=1, verbose=0)
+        record["model_fit_on_strings"] = "trained"
+    except tf.errors.InvalidArgumentError:
+        record["model_fit_on_strings"] = "InvalidArgumentError"
+    with strategy.scope():
+        strings = preprocessing_model()
+    before = [w.copy() for w in strings.get_weights()]
+    strings_history = sst.fit(strings, raw_dataset(), epochs=1, verbose=0)
+    record["split_fit_on_strings"] = {
+        "loss": strings_history.history["loss"],
+        "trained": any(not np.array_equal(a, b) for a, b in zip(before, strings.get_weights()))}
     (out / RECORD).write_text(json.dumps(record))
 
 
@@ -109,6 +130,8 @@ def test_fit_under_mirrored_strategy_is_model_fit_under_it(run_eager_child):
     assert record["history"] == record["expected_history"]
     assert record["weights_identical"]
     assert record["evaluate"] == record["expected_evaluate"]
+    assert record["model_fit_on_strings"] == "InvalidArgumentError"
+    assert record["split_fit_on_strings"]["trained"] and record["split_fit_on_strings"]["loss"][0] > 0
     for name in ("keras3_subclassed", "tf_keras"):
         assert "MirroredStrategy" in record["refused"][name] and "layer level" in record["refused"][name]
         assert record["refused"][name + "_own_functions"]
