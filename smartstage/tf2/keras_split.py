@@ -125,16 +125,17 @@ def graph_model(model):
     import keras
 
     if not isinstance(model, keras.Model):
-        raise SplitError(f"fit(): {type(model).__name__} is not a keras.Model; pass a Keras 3 functional or "
-                         "Sequential model, or split a custom training step with ss.tf2.split(step, dataset)")
+        raise SplitError(f"split_model(): {type(model).__name__} is not a Keras 3 model; a layer split follows a "
+                         "Keras 3 functional or Sequential model's layer graph; ss.tf2.fit(model, dataset) trains "
+                         "any Keras model (it splits the model's train step)")
     inner = getattr(model, "_functional", None) if isinstance(model, keras.Sequential) else model
     if inner is None or not hasattr(inner, "_nodes_by_depth"):
         kind = "a Sequential model without an Input" if isinstance(model, keras.Sequential) else \
             f"a subclassed model ({type(model).__name__})"
-        raise SplitError(f"fit(): {model.name!r} is {kind}: SmartStage follows the connections between layers, "
-                         "which only functional and Sequential models (built with keras.Input) have; build it as "
-                         "keras.Model(inputs, outputs) or keras.Sequential([keras.Input(...), ...]), or write a "
-                         "tf.function training step and use ss.tf2.split(step, dataset)")
+        raise SplitError(f"split_model(): {model.name!r} is {kind}: a layer split follows the connections "
+                         "between layers, which only functional and Sequential models (built with keras.Input) "
+                         "have; ss.tf2.fit(model, dataset) trains it by splitting its train step instead "
+                         "(history.smartstage.train), or build it as keras.Model(inputs, outputs)")
     return inner
 
 
