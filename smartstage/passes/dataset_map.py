@@ -70,7 +70,8 @@ def canonical(tensor: str) -> str:
 def scratch_dataset_graph(view: GraphView, body: DatasetBody, scope: str,
                           finish: Callable[[Any], Any] = lambda ds: ds, *,
                           num_parallel_calls: int | None = None, deterministic: bool | None = None,
-                          source_tensor: str = "", factory: str = "") -> ScratchDataset:
+                          source_tensor: str = "", factory: str = "", rewrite_as_session: bool = False
+                          ) -> ScratchDataset:
     """A scratch graph: a variant placeholder (SOURCE) -> map(body) -> finish(dataset).
 
         before:  body {sqrt(IteratorGetNext:0)}, outputs ("sqrt:0", "IteratorGetNext:1")
@@ -83,6 +84,9 @@ def scratch_dataset_graph(view: GraphView, body: DatasetBody, scope: str,
     inside a new factory function (the old factory's dataset, then the map and `finish`), each captured
     table is made inside it by a copy of its handle op (the same shared_name: the same table), and the
     scratch graph holds one OneShotIterator node whose dataset_factory names the new function.
+
+    rewrite_as_session: the body is first rewritten by Grappler as a session rewrites the ops it runs
+    (as_a_session_rewrites), so the map computes what the same ops compute in a session, bit for bit.
     """
     import tensorflow as tf  # the Python API only here: the analysis reads protos
 
@@ -97,9 +101,11 @@ def scratch_dataset_graph(view: GraphView, body: DatasetBody, scope: str,
         node.CopyFrom(view.node(name))
         node.device = ""  # the dataset's runtime places it
         node.attr.pop("_class", None)  # colocation with nodes outside the function means nothing inside it
-    used = {canonical(raw) for name in body.body for raw in view.raw_inputs(name)
-            if parse_tensor_name(raw).node == body.read}
     wanted = sorted({canonical(t) for t in body.outputs if parse_tensor_name(t).node != body.read})
+    if rewrite_as_session and wanted:
+        nodes = as_a_session_rewrites(nodes, read, body, wanted)
+    reads = {canonical(raw) for node in nodes.node for raw in node.input if not raw.startswith("^")}
+    used = {t for t in reads if parse_tensor_name(t).node == body.read}
     placeholders = {SOURCE: source_tensor} if source_tensor else {}
 
     def computed_body(captured):
@@ -108,7 +114,7 @@ def scratch_dataset_graph(view: GraphView, body: DatasetBody, scope: str,
             if wanted or body.waits:
                 mapped = {t: components[parse_tensor_name(t).port] for t in used}
                 inner = tf.compat.v1.get_default_graph()  # the map's FuncGraph: import reads its own tensors
-                mapped.update({t: inner.capture(outer) for t, outer in captured.items()})
+                mapped.update({t: inner.capture(outer) for t, outer in captured.items() if t in reads})
                 results = tf.graph_util.import_graph_def(nodes, input_map=mapped, return_elements=wanted + list(body.waits),
                                                          name="body")
                 produced, waits = dict(zip(wanted, results)), results[len(wanted):]
@@ -149,6 +155,68 @@ def scratch_dataset_graph(view: GraphView, body: DatasetBody, scope: str,
     return ScratchDataset(graph.as_graph_def(), variant.name if variant is not None else "",
                           tuple(s.dtype.as_datatype_enum for s in flat), tuple(s.shape.as_proto() for s in flat),
                           placeholders)
+
+
+def as_a_session_rewrites(nodes: graph_pb2.GraphDef, read, body: DatasetBody, wanted: list[str]) -> graph_pb2.GraphDef:
+    """The body as a session's Grappler leaves it (the default rewrites: arithmetic, constant folding, ...).
+
+        before:  square(IteratorGetNext:0) / 100.0
+        after:   square(IteratorGetNext:0) * 0.01     (what a session computes: a division by a constant
+                                                       becomes a multiplication by its reciprocal)
+
+    A session rewrites the graphs it runs; TensorFlow does not rewrite a dataset's functions that way. So
+    that the folded ops give the values the same ops give in the step (and on the lanes), the body is
+    rewritten here, with a stand-in placeholder for each read component and captured handle (restored
+    after), and the outputs kept (Grappler's fetch nodes).
+    """
+    from tensorflow.core.framework import types_pb2
+    from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
+    from tensorflow.python.grappler import tf_optimizer
+
+    stand_in = {}  # "IteratorGetNext:1" / "hash_table:0" -> placeholder name
+    graph = graph_pb2.GraphDef()
+    graph.CopyFrom(nodes)
+    types, shapes = read.attr["output_types"].list.type, read.attr["output_shapes"].list.shape
+    for node in graph.node:
+        for i, raw in enumerate(node.input):
+            t = parse_tensor_name(raw)
+            if t.is_control or (t.node != body.read and canonical(raw) not in {canonical(c) for c in body.captures}):
+                continue
+            key = canonical(raw)
+            if key not in stand_in:
+                stand_in[key] = f"smartstage_stand_in_{len(stand_in)}"
+            node.input[i] = stand_in[key]
+    for key, name in stand_in.items():
+        placeholder = graph.node.add(name=name, op="Placeholder")
+        if parse_tensor_name(key).node == body.read:
+            placeholder.attr["dtype"].type = types[parse_tensor_name(key).port]
+            placeholder.attr["shape"].shape.CopyFrom(shapes[parse_tensor_name(key).port])
+        else:
+            placeholder.attr["dtype"].type = types_pb2.DT_RESOURCE
+            placeholder.attr["shape"].shape.unknown_rank = True  # Grappler's import needs the attr
+    meta = meta_graph_pb2.MetaGraphDef()
+    meta.graph_def.CopyFrom(graph)
+    kept = {parse_tensor_name(t).node for t in wanted} | set(body.waits)
+    meta.collection_def["train_op"].node_list.value.extend(sorted(kept))
+    config = config_pb2.ConfigProto()
+    config.graph_options.rewrite_options.min_graph_nodes = -1  # a small body is rewritten too, as in a session
+    rewritten = tf_optimizer.OptimizeGraph(config, meta)
+    back = {name: key for key, name in stand_in.items()}
+    result = graph_pb2.GraphDef()
+    result.library.CopyFrom(rewritten.library)
+    result.versions.CopyFrom(nodes.versions)
+    for node in rewritten.node:
+        if node.name in back:
+            continue
+        copy = result.node.add()
+        copy.CopyFrom(node)
+        copy.device = ""
+        copy.attr.pop("_class", None)  # colocation means nothing inside the map function
+        for i, raw in enumerate(copy.input):
+            t = parse_tensor_name(raw)
+            if t.node in back:
+                copy.input[i] = ("^" + parse_tensor_name(back[t.node]).node) if t.is_control else back[t.node]
+    return result
 
 
 def _factory_chain(tf, view: GraphView, body: DatasetBody, scope: str, factory: str, chain):

@@ -30,6 +30,12 @@ summary, when its prefetch side is not exactly one iterator read and a body (ano
 op, a variable, a mutable table, a py_func that keeps state, a fed placeholder), when a body tensor is
 read outside the prefetch side, when the stage has a feed_dict, or when the iterator is read elsewhere.
 Those stages keep the lanes (docs/runtime.md).
+
+Values: the map computes what the moved ops compute, batch for batch, in input order (deterministic=True
+unless staged(deterministic=False)). One difference from a session running the same ops: the session's
+Grappler rewrites the step's graph (a division by a constant becomes a multiplication by its reciprocal,
+last-ulp different), and it does not rewrite a dataset's functions; the folded ops give the unrewritten
+result. Flag off and on fold alike, so they agree bit for bit.
 """
 
 from __future__ import annotations
@@ -350,7 +356,8 @@ def fold_stage(log: EditLog, view: GraphView, fit: FoldFit, library: dict[str, f
         scope = f"{fit.stage}/{SCOPE}" + (f"_{k}" if k else "")
         dataset = view.raw_inputs(maker)[0]
         scratch = scratch_dataset_graph(view, body, scope + "/", prefetched, source_tensor=dataset,
-                                        num_parallel_calls=fit.num_parallel_calls, deterministic=fit.deterministic)
+                                        num_parallel_calls=fit.num_parallel_calls, deterministic=fit.deterministic,
+                                        rewrite_as_session=True)
         names, _ = copy_scratch(log, scratch, library, scope.replace("/", "_"), view.node(maker).device or device)
         types, shapes = scratch.output_types, scratch.output_shapes
         end = names[parse_tensor_name(scratch.dataset).node]
@@ -407,7 +414,7 @@ def _fold_one_shot(log: EditLog, view: GraphView, fit: FoldFit, body: DatasetBod
     old = view.node(fit.iterator).attr["dataset_factory"].func.name
     scratch = scratch_dataset_graph(view, body, scope, lambda dataset: dataset.prefetch(fit.buffer_size),
                                     num_parallel_calls=fit.num_parallel_calls, deterministic=fit.deterministic,
-                                    factory=old)
+                                    factory=old, rewrite_as_session=True)
     iterator = next(n for n in scratch.graph_def.node if n.op in ONE_SHOT_ITERATORS)
     _, renamed = copy_scratch(log, scratch, library, scope.rstrip("/").replace("/", "_"), "",
                               skip=frozenset({iterator.name}))

@@ -255,3 +255,37 @@ def test_optimizing_the_folded_graph_again_changes_nothing():
     again = optimized(first.meta_graph_def)
     assert not again.changed and again.graph_def == first.graph_def
     assert "already folded into datasets" in again.reports[0].summary[0]
+
+
+# -- random bodies: whatever mix of stateless ops and lookups moves, the folded steps are the flag-off steps ---
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_STEPS = {
+    "sqrt": lambda x, f, table: tf.sqrt(x),
+    "scale": lambda x, f, table: x * 0.5 + 1.0,
+    "lookup": lambda x, f, table: x + tf.cast(table.lookup(f["id"]), tf.float32),
+    "hash": lambda x, f, table: x + tf.cast(tf.strings.to_hash_bucket_fast(f["id"], 7), tf.float32),
+    # Not `/ 100.0`: a session's Grappler turns a division by a constant into a multiplication by its
+    # reciprocal in the step (last-ulp different), and does not rewrite tf.data functions (see fold_dataset).
+    "square": lambda x, f, table: tf.square(x) / 100.0,
+}
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chain=st.lists(st.sampled_from(sorted(_STEPS)), min_size=1, max_size=4),
+       num_threads=st.sampled_from([1, 2, 4]), capacity=st.sampled_from([1, 4, 40]),
+       form=st.sampled_from(["initializable", "one_shot"]))
+def test_any_chain_of_movable_ops_folds_with_the_flag_off_values(chain, num_threads, capacity, form):
+    #   IteratorGetNext -> put ~~ take -> <chain of sqrt / scale / lookup / hash / square> -> mul(w) -> loss
+    def body(f):
+        table, x = _table(), f["x"]
+        for step in chain:
+            x = _STEPS[step](x, f, table)
+        return x
+
+    meta = lookup_graph(form, body=body, capacity=capacity, num_threads=num_threads)
+    result = optimized(meta)
+    assert fold_report(result).details["stage"].folds
+    np.testing.assert_array_equal(run_plain(result.meta_graph_def, ROWS // BATCH), run_flag_off(meta, ROWS // BATCH))
