@@ -79,11 +79,13 @@ class Ranking(tf_keras.Model):
         return self.score(tf.concat([u * i, u, i], 1))
 
 
-def ranking_tf_keras() -> tf_keras.Model:
+def ranking_tf_keras(steps_per_execution: int = 1) -> tf_keras.Model:
     tf_keras.utils.set_random_seed(1)
     model = Ranking()
     model.compile(tf_keras.optimizers.Adam(0.01), tf_keras.losses.MeanSquaredError(),
-                  metrics=[tf_keras.metrics.MeanAbsoluteError(name="mae")])
+                  metrics=[tf_keras.metrics.MeanAbsoluteError(name="mae")],
+                  weighted_metrics=[tf_keras.metrics.MeanSquaredError(name="weighted_mse")],
+                  steps_per_execution=steps_per_execution)
     return model
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 import tf_keras
 
 import smartstage.tf2 as sst

@@ -21,7 +21,7 @@ from tests.tf2.fit_support import assert_same_weights, batch_losses, identical, 
 from tests.tf2.keras_models import preprocessing_model, raw_dataset
 
 pytestmark = pytest.mark.usefixtures("eager", "identical")
-CTR_KEYS, RANKER_KEYS = ("user", "item", "age", "clicks"), ("user", "item", "age")
+RANKER_KEYS = ("user", "item", "age")
 
 
 def _both(factory, train, **fit_kwargs):
@@ -34,7 +34,7 @@ def _both(factory, train, **fit_kwargs):
     return reference, model, expected.losses, got.losses, history
 
 
-@pytest.mark.parametrize("factory,keys", [(fm.ctr_tf_keras, CTR_KEYS), (fm.keras3_subclassed, RANKER_KEYS)],
+@pytest.mark.parametrize("factory,keys", [(fm.ranking_tf_keras, ("user", "item")), (fm.keras3_subclassed, RANKER_KEYS)],
                          ids=["tf_keras", "keras3"])
 def test_class_weight_and_sample_weights(factory, keys):
     for train, extra in ((fm.dataset(keys), {"class_weight": {0: 1.0, 1: 3.0}}),
@@ -48,7 +48,7 @@ def test_class_weight_and_sample_weights(factory, keys):
     assert unweighted.history.history["loss"] != reference.history.history["loss"]  # the weights took effect
 
 
-@pytest.mark.parametrize("factory,keys", [(fm.ctr_tf_keras, CTR_KEYS), (fm.keras3_subclassed, RANKER_KEYS)],
+@pytest.mark.parametrize("factory,keys", [(fm.ranking_tf_keras, ("user", "item")), (fm.keras3_subclassed, RANKER_KEYS)],
                          ids=["tf_keras", "keras3"])
 def test_steps_per_execution(factory, keys):
     train = fm.dataset(keys)
