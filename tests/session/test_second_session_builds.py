@@ -18,7 +18,8 @@ import tensorflow as tf
 
 import smartstage as ss
 from smartstage.session.monitored import MonitoredTrainingSession
-from tests.session.graphs import bounded, flag, small_model
+from tests.runtime.helpers import lanes_config
+from tests.session.graphs import bounded, small_model
 
 STEPS = 8
 LANES = 4
@@ -43,7 +44,8 @@ def _needed(producer) -> set[tuple[str, ...]]:
 
 def _session(graph, model, on: bool) -> tuple[list, object]:
     hook = ss.make_prefetch_hook()
-    with MonitoredTrainingSession(config=flag(on), hooks=[hook]) as sess:
+    # the stage on lanes (tf_data_stage="lanes"): their executors are what is counted
+    with MonitoredTrainingSession(config=lanes_config(on), hooks=[hook]) as sess:
         losses = [sess.run([model.loss, model.train_op], options=bounded())[0] for _ in range(STEPS)]
         producer = hook.threads._stages[0].producer  # noqa: SLF001
     return losses, producer
