@@ -2,15 +2,19 @@
 
     python -m benchmarks.tf2                  # CPU and the accelerator-emulated step (5 ms), 5 interleaved repeats
     python -m benchmarks.tf2 --quick          # fewer rows and steps (development on a shared machine)
-    python -m benchmarks.tf2 --smoke          # the smallest run: every program measured once per repeat
-    python -m benchmarks.tf2 --publish        # also writes docs/perf/tf2.{json,md}
+    python -m benchmarks.tf2 --smoke          # the smallest run (the DLRM-like step only unless --kinds names more)
+    python -m benchmarks.tf2 --publish        # also writes docs/perf/tf2.{json,md,png} and a dated copy
+    python -m benchmarks.tf2 --kinds keras3_subclassed,tf_keras_functional   # some model kinds only
 
 Three programs train the DLRM-like model of benchmarks/tf2_model.py on the same batches:
   in-model      the step preprocesses the raw columns itself (`for columns in raw: step(columns)`)
   hand-written  the TF guide's way: `raw.map(preprocess, AUTOTUNE, deterministic=True).prefetch(AUTOTUNE)`
                 and a step that takes the preprocessed features (a second program the user writes by hand)
   SmartStage    the in-model step and `raw` given to smartstage.tf2, which moves what it may into the dataset
-Each on the host CPU (device_ms=0) and with the model's compute on an emulated accelerator (a host-idle wait of
+The same three ways train each Keras model kind of benchmarks/tf2_kinds.py (tf_keras functional and subclassed,
+Keras 3 subclassed, Keras 3 FeatureSpace): the model with its preprocessing layers inside, on its own
+train_step; the preprocessing layers in a hand-written map and a second model on their outputs; SmartStage's
+split of the model's train_step. Each on the host CPU (device_ms=0) and with the model's compute on an emulated accelerator (a host-idle wait of
 device_ms per step, benchmarks/accelerator.py, and a tiny model on the host: tf2_model.on_device). Per setting: the
 first steps' losses of the three programs are compared bit for bit; then `repeats` rounds, each timing every
 program for `steps` steps in a rotated order (interleaved: a load change hits all three), and the ratios are taken
@@ -30,8 +34,9 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from benchmarks.report import (DEFAULT_OUT, Spread, load_average, machine_info, machine_line, markdown_table,
-                               write_outputs)
+from benchmarks.report import (DEFAULT_OUT, PUBLISH_DIR, Spread, load_average, machine_info, machine_line,
+                               markdown_table, write_outputs)
+from benchmarks.tf2_kinds import KINDS
 from benchmarks.tf2_model import (Model, Tables, Tf2Options, id_space, in_model_step, make_preprocess, on_device,
                                   preprocessed_step, raw_batches)
 from smartstage.examples import prepare_criteo
@@ -39,6 +44,7 @@ from smartstage.examples import prepare_criteo
 logger = logging.getLogger(__name__)
 
 PROGRAMS = ("in_model", "handwritten", "smartstage")
+STEP_KIND = "dlrm_step"  # the DLRM-like tf.function step of benchmarks/tf2_model.py
 TITLES = {"in_model": "in-model (preprocessing in the step)", "handwritten": "hand-written dataset.map",
           "smartstage": "SmartStage split"}
 
@@ -129,14 +135,23 @@ def build_programs(files, options: Tf2Options) -> dict[str, Program]:
     return programs
 
 
-def measure(files, options: Tf2Options, mode: Mode) -> dict[str, Any]:
-    """One setting (CPU or emulated device): losses compared, then interleaved timed rounds."""
-    programs = build_programs(files, options)
+def kind_programs(kind: str, files, options: Tf2Options) -> dict[str, Program]:
+    """The three programs of a Keras model kind (benchmarks/tf2_kinds.py)."""
+    from benchmarks.tf2_kinds import build_programs as build_kind
+
+    built = build_kind(kind, files, options)
+    return {name: Program(name, step, iter(dataset), built.notes if name == "smartstage" else "")
+            for name, (dataset, step) in built.programs.items()}
+
+
+def measure(files, options: Tf2Options, mode: Mode, kind: str = STEP_KIND) -> dict[str, Any]:
+    """One setting (CPU or emulated device) of one kind: losses compared, then interleaved timed rounds."""
+    programs = build_programs(files, options) if kind == STEP_KIND else kind_programs(kind, files, options)
     losses = {name: program.run(mode.check_steps) for name, program in programs.items()}
     identical = {name: losses[name] == losses["in_model"] for name in PROGRAMS}
     for program in programs.values():
         program.run(mode.warmup)
-    sides = side_millis(files, options, max(mode.steps // 4, 2))
+    sides = side_millis(files, options, max(mode.steps // 4, 2)) if kind == STEP_KIND else None
     rates: dict[str, list[float]] = {name: [] for name in PROGRAMS}
     loads = []
     for round_ in range(mode.repeats):
@@ -158,9 +173,18 @@ def measure(files, options: Tf2Options, mode: Mode) -> dict[str, Any]:
         "first_losses": {name: values[:3] for name, values in losses.items()},
         "load_average_per_round": loads,
         "sides_ms": sides,
-        "overlap_limit": sides["in_model_step"].median / max(sides["train_step"].median, sides["preprocess"].median),
+        "overlap_limit": None if sides is None else
+        sides["in_model_step"].median / max(sides["train_step"].median, sides["preprocess"].median),
         "split_notes": programs["smartstage"].notes,
+        "boundary_tensors": _boundary_count(programs["smartstage"].notes),
     }
+
+
+def _boundary_count(notes: str) -> int | None:
+    import re
+
+    found = re.search(r"(\d+) tensor\(s\) per element", notes)
+    return int(found.group(1)) if found else None
 
 
 def _setting_name(device_ms: float) -> str:
@@ -215,10 +239,57 @@ def report_text(result: dict[str, Any]) -> str:
                                  "limit: in-model / max(step, preprocess)"], sides))
     lines += ["", "The limit holds with a free core for each side; on a shared machine the hand-written map's own "
               "ratio shows what the cores allowed in the same rounds."]
+    lines += kinds_report(result.get("kinds", {}))
     loads = [setting["load_average_per_round"] for setting in result["settings"]]
     lines += ["", f"Load average (1 min) after each round: {[[l[0] for l in ls if l] for ls in loads]}; "
               f"at the end {result['load_average_at_end']}.", ""]
     return "\n".join(lines) + "\n"
+
+
+def kinds_report(kinds: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The Keras model kinds: one row per kind and setting."""
+    if not kinds:
+        return []
+    rows = []
+    for kind, settings in kinds.items():
+        for setting in settings:
+            rates, ratios = setting["steps_per_second"], setting["ratios"]
+            rows.append([kind, _setting_name(setting["device_ms"]), *(rates[p]["spread"].text(1) for p in PROGRAMS),
+                         ratios["smartstage/handwritten"]["spread"].text(2), ratios["smartstage/in_model"]["spread"].text(2),
+                         setting["boundary_tensors"], "yes" if setting["losses_identical"]["smartstage"] else "NO"])
+    return ["", "## Keras model kinds (benchmarks/tf2_kinds.py)", "",
+            markdown_table(["kind", "setting", *(f"{TITLES[p]} steps/s" for p in PROGRAMS), "SmartStage / hand-written",
+                            "SmartStage / in-model", "tensors per element", "SmartStage losses = in-model"], rows),
+            "", "Steps/s: median (min-max) of the rounds; ratios: median (min-max) of the per-round ratios. The "
+            "SmartStage program of a kind is ss.tf2.split of the model's own train_step."]
+
+
+def plot(result: dict[str, Any]):
+    """Steps/s of every program, per kind and setting: bars at the median, whiskers to the min and max."""
+    from benchmarks.report import pyplot
+
+    plt = pyplot()
+    if plt is None:
+        return None
+    groups = [(STEP_KIND, s) for s in result["settings"]] + [(k, s) for k, ss in result.get("kinds", {}).items()
+                                                               for s in ss]
+    figure, axis = plt.subplots(figsize=(max(6.0, 1.3 * len(groups)), 4.2))
+    width = 0.27
+    for j, program in enumerate(PROGRAMS):
+        spreads = [s["steps_per_second"][program]["spread"] for _, s in groups]
+        xs = [i + (j - 1) * width for i in range(len(groups))]
+        medians = [sp.median for sp in spreads]
+        axis.bar(xs, medians, width, label=TITLES[program],
+                 yerr=[[m - sp.low for m, sp in zip(medians, spreads)], [sp.high - m for m, sp in zip(medians, spreads)]],
+                 capsize=2)
+    axis.set_xticks(range(len(groups)))
+    labels = [f"{kind}\n" + ("CPU" if s["device_ms"] <= 0 else "device {:g} ms".format(s["device_ms"])) for kind, s in groups]
+    axis.set_xticklabels(labels, fontsize=7, rotation=20)
+    axis.set_ylabel("steps/s (median, min-max)")
+    axis.set_title(f"TF2: in-model vs hand-written map vs SmartStage ({result['mode']} mode)")
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    return figure
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,10 +301,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--publish", action="store_true", help="also write docs/perf/tf2.{json,md}")
+    parser.add_argument("--publish", action="store_true",
+                        help="also write docs/perf/tf2.{json,md,png} and a dated copy, docs/perf/tf2-<date>.*")
+    parser.add_argument("--kinds", default=None,
+                        help=f"comma-separated: {STEP_KIND} (the tf.function step) and Keras kinds {', '.join(KINDS)} "
+                             f"(default: all; with --smoke, {STEP_KIND} only)")
     parser.add_argument("--grappler-arithmetic", action="store_true",
                         help="keep Grappler's arithmetic optimizer on (the split's losses differ in the last bits)")
     args = parser.parse_args(argv)
+    every = ",".join((STEP_KIND, *KINDS))
+    args.kinds = args.kinds or (STEP_KIND if args.smoke else every)
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = [k for k in kinds if k != STEP_KIND and k not in KINDS]
+    if unknown:
+        parser.error(f"unknown kind {unknown[0]!r}; choose from {STEP_KIND}, {', '.join(KINDS)}")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     # Without it the same program run twice on this CPU differs in a loss's 8th digit by step 5 (a kernel's
     # threaded reduction order); with it, each program is reproducible and the three compare bit for bit.
@@ -248,24 +329,42 @@ def main(argv: list[str] | None = None) -> int:
     mode = replace(mode, repeats=args.repeats or mode.repeats, steps=args.steps or mode.steps)
     options = Tf2Options(batch_size=args.batch_size or (64 if args.smoke else 256))
     machine = machine_info()
-    settings = []
+    settings, by_kind = [], {}
     with tempfile.TemporaryDirectory(prefix="smartstage-tf2-bench-") as tmp:
         files = prepare_criteo(tmp, num_rows=mode.rows, seed=0)
         for device_ms in (0.0, args.device_ms):
-            logger.info("measuring %s", _setting_name(device_ms))
-            settings.append(measure(files, on_device(options, device_ms), mode))
+            for kind in kinds:
+                logger.info("measuring %s, %s", kind, _setting_name(device_ms))
+                measured = measure(files, on_device(options, device_ms), mode, kind)
+                (settings if kind == STEP_KIND else by_kind.setdefault(kind, [])).append(measured)
     result = {
         "benchmark": "tf2", "mode": mode_name, "machine": machine, "options": options,
         "settings_mode": f"{mode.rows} rows, batch {options.batch_size}, {mode.repeats} rounds of {mode.steps} "
                          f"steps per program after {mode.warmup} warm-up steps",
-        "command": "python -m benchmarks.tf2" + {"full": "", "quick": " --quick", "smoke": " --smoke"}[mode_name],
-        "check_steps": mode.check_steps, "settings": settings, "load_average_at_end": load_average(),
+        "command": "python -m benchmarks.tf2" + {"full": "", "quick": " --quick", "smoke": " --smoke"}[mode_name]
+                   + ("" if args.kinds == (STEP_KIND if args.smoke else every) else f" --kinds {args.kinds}"),
+        "check_steps": mode.check_steps, "settings": settings, "kinds": by_kind, "load_average_at_end": load_average(),
         "grappler_arithmetic_optimization": args.grappler_arithmetic, "op_determinism": True,
     }
     text = report_text(result)
     print(text)
-    write_outputs(args.out, "tf2", result, publish=args.publish, text=text)
-    return 0 if all(all(s["losses_identical"].values()) for s in settings) else 1
+    figure = plot(result)
+    if figure is None:
+        message = "matplotlib is not installed: no plot (pip install -e '.[report]' for it)"
+        if args.publish:
+            raise SystemExit(f"--publish writes the plot beside the report; {message}")
+        logger.warning(message)
+    paths = write_outputs(args.out, "tf2", result, figure=figure, publish=args.publish, text=text)
+    if args.publish:  # a dated copy beside the current one: docs/perf/tf2-<date>.{json,md,png}
+        import shutil
+
+        stamp = time.strftime("%Y-%m-%d")
+        for path in paths:
+            if path.parent == PUBLISH_DIR:
+                shutil.copyfile(path, PUBLISH_DIR / f"tf2-{stamp}{path.suffix}")
+    identical = [s["losses_identical"][p] for s in settings for p in PROGRAMS]
+    identical += [s["losses_identical"]["smartstage"] for ss in by_kind.values() for s in ss]
+    return 0 if all(identical) else 1
 
 
 if __name__ == "__main__":

@@ -116,6 +116,12 @@ def _missing_key(error: KeyError) -> str:
     return found[-1].strip() if found else (repr(error.args[0]) if error.args else "?")
 
 
+def _last_line(error: Exception) -> str:
+    """The error's own message: autograph puts "in user code:" and a traceback before it."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
+
+
 def _concrete(step, element_spec, unpack: bool):
     args = tuple(element_spec) if unpack else (element_spec,)
     try:
@@ -131,7 +137,7 @@ def _concrete(step, element_spec, unpack: bool):
         raise SplitError(
             f"split(): the dataset's element_spec {element_spec!r} does not fit the signature of {_name(step)!r}"
             + (f" (input_signature {declared!r})" if declared is not None else "")
-            + f": {str(e).splitlines()[0]}; map the dataset to what the step takes, or fix the step's "
+            + f": {_last_line(e)}; map the dataset to what the step takes, or fix the step's "
               "input_signature") from None
 
 

@@ -1,0 +1,36 @@
+"""The TF2 benchmark's smoke mode on every Keras model kind (benchmarks/tf2_kinds.py): each kind's three
+programs measured on the CPU and on the emulated accelerator, SmartStage's losses equal to the unmodified
+model's, the report's table and the plot written.
+
+    python -m benchmarks.tf2 --smoke --kinds tf_keras_functional,tf_keras_subclassed,keras3_subclassed,keras3_featurespace
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from benchmarks.tf2_kinds import KINDS
+from tests.tf2.conftest import REPO_ROOT
+
+
+def test_smoke_measures_every_kind_and_plots(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.tf2", "--smoke", "--kinds", ",".join(KINDS),
+                           "--out", str(tmp_path)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "tf2-latest.json").read_text())
+    assert sorted(result["kinds"]) == sorted(KINDS) and result["settings"] == []
+    for kind, settings in result["kinds"].items():
+        assert [s["device_ms"] for s in settings] == [0.0, 5.0], kind
+        for setting in settings:
+            for program in ("in_model", "handwritten", "smartstage"):
+                assert setting["steps_per_second"][program]["spread"]["median"] > 0, (kind, program)
+            assert setting["losses_identical"]["smartstage"], kind
+            assert setting["boundary_tensors"] > 0, kind
+    text = (tmp_path / "tf2-latest.md").read_text()
+    assert "## Keras model kinds" in text and "| keras3_featurespace | accelerator (emulated, 5 ms/step) |" in text
+    assert (tmp_path / "tf2-latest.png").stat().st_size > 1000
