@@ -22,6 +22,7 @@ jit setting; any change re-splits.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import re
 import weakref
@@ -134,6 +135,18 @@ class ModelStepSplit:
     def explain(self, node: str):
         """Why `node` of the step's graph moved or stayed (an Explanation; .text() for the sentence)."""
         return self.split.explain(node)
+
+    def verify(self, dataset: tf.data.Dataset, *, steps: int = 20):
+        """The model's own step on `dataset` against the split step on its mapped batches, from the same
+        variable values, put back afterwards (smartstage.tf2.compare.verify): trains nothing.
+
+            before:  history = ss.tf2.fit(model, ds)
+            after:   history.smartstage.train.verify(ds, steps=10).identical
+        """
+        from smartstage.tf2.compare import verify
+
+        return verify(self.split.traced.function, dataset, steps=steps,
+                      split=dataclasses.replace(self.split, dataset=self.map(dataset)))
 
 
 def _step_function(model, method: str, autograph: bool):

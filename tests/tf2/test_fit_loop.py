@@ -208,3 +208,15 @@ def test_the_step_route_on_tf_data_service_workers():
         for worker in workers:
             worker._stop()  # noqa: SLF001  (TensorFlow's own tests stop servers this way)
         dispatcher._stop()  # noqa: SLF001
+
+
+@pytest.mark.parametrize("factory,keys", [(fm.ranking_tf_keras, ("user", "item")), (fm.keras3_subclassed, RANKER_KEYS)],
+                         ids=["tf_keras", "keras3"])
+def test_verify_a_step_split_trains_nothing(factory, keys):
+    model = factory()
+    history = sst.fit(model, fm.dataset(keys), epochs=1, verbose=0)
+    weights = [w.copy() for w in model.get_weights()]
+    check = history.smartstage.train.verify(fm.dataset(keys, seed=7), steps=4)
+    assert check.identical, check.describe()
+    assert check.describe().startswith("identical: 4 step(s)")
+    assert all(np.array_equal(a, b) for a, b in zip(weights, model.get_weights()))
