@@ -191,6 +191,10 @@ def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata
         raise SplitError(f"fit(): model {model.name!r} trains under {type(_strategy(model)).__name__}, and SmartStage "
                          "splits a distributed step only at layer level (Keras 3 functional or Sequential models "
                          "with the stock train_step); build the model that way, or train it with model.fit")
+    if model.run_eagerly:
+        raise SplitError(f"fit(): model {model.name!r} is compiled with run_eagerly=True, which runs its train step "
+                         "as Python on every batch, and a split step is a traced function; compile it with "
+                         "run_eagerly=False for ss.tf2.fit, or debug it with model.fit")
     class_weight = fit_kwargs.pop("class_weight", None)
     if class_weight is not None:
         dataset = _with_class_weight(model, dataset, class_weight)

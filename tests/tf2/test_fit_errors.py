@@ -29,6 +29,14 @@ def _uncompiled_keras3():
     return fm.Keras3Ranker(name="uncompiled")
 
 
+def _run_eagerly(factory):
+    def build():
+        model = factory()
+        model.compile(type(model.optimizer)(0.01), "mse", run_eagerly=True)
+        return model
+    return build
+
+
 CASES = {
     # name: (model factory, call arguments besides the model, the message's pattern)
     "not_a_model": (lambda: object(), lambda: (fm.dataset(KEYS),), {}, r"object is not a Keras model; pass a keras"),
@@ -49,6 +57,10 @@ CASES = {
                             r"'ranking' is not compiled; call model\.compile"),
     "uncompiled_keras3": (_uncompiled_keras3, lambda: (fm.dataset(KEYS),), {},
                           r"'uncompiled' is not compiled; call model\.compile"),
+    "run_eagerly_tf_keras": (_run_eagerly(fm.ranking_tf_keras), lambda: (fm.dataset(KEYS),), {},
+                             r"'ranking' is compiled with run_eagerly=True.*run_eagerly=False for ss\.tf2\.fit"),
+    "run_eagerly_keras3": (_run_eagerly(fm.keras3_subclassed), lambda: (fm.dataset(KEYS + ("age",)),), {},
+                           r"'keras3_ranker' is compiled with run_eagerly=True"),
     "no_labels": (fm.ranking_tf_keras, lambda: (fm.dataset(KEYS).map(lambda x, y: x),), {},
                   r"element_spec .*train_step"),
 }
