@@ -41,6 +41,9 @@ class PrefetchHook(tf.compat.v1.train.SessionRunHook):
     A run that re-initialises the iterator behind a stage (its initializer, or an op that depends on
     it) stops that stage's threads before the run and empties and refills the stage after it
     (smartstage.runtime.hooks.reinit).
+
+    A stage a SmartStage session folded into its dataset has left the graph: the hook starts nothing for
+    it, so a script keeps its hooks whichever way its stages run.
     """
 
     def __init__(self, stages: Iterable[StageDef | str] | None = None):
