@@ -32,12 +32,16 @@ def columns(samples: int = SAMPLES, seed: int = 0) -> tuple[dict, np.ndarray]:
 
 
 def dataset(keys=("user", "item", "age", "clicks"), samples: int = SAMPLES, seed: int = 0,
-            weights: bool = False) -> tf.data.Dataset:
-    """Batches of (the `keys` columns, label[, weight])."""
+            weights: bool = False, shuffle_seed: int | None = None) -> tf.data.Dataset:
+    """Batches of (the `keys` columns, label[, weight]); with `shuffle_seed`, shuffled anew each epoch in an
+    order that seed fixes."""
     x, y = columns(samples, seed)
     x = {k: x[k] for k in keys}
     parts = (x, y, np.linspace(0.5, 1.5, samples).astype("float32")[:, None]) if weights else (x, y)
-    return tf.data.Dataset.from_tensor_slices(parts).batch(BATCH)
+    rows = tf.data.Dataset.from_tensor_slices(parts)
+    if shuffle_seed is not None:
+        rows = rows.shuffle(samples, seed=shuffle_seed, reshuffle_each_iteration=True)
+    return rows.batch(BATCH)
 
 
 def ctr_tf_keras(steps_per_execution: int = 1) -> tf_keras.Model:

@@ -220,3 +220,21 @@ def test_verify_a_step_split_trains_nothing(factory, keys):
     assert check.identical, check.describe()
     assert check.describe().startswith("identical: 4 step(s)")
     assert all(np.array_equal(a, b) for a, b in zip(weights, model.get_weights()))
+
+
+@pytest.mark.parametrize("factory,keys", [(fm.ranking_tf_keras, ("user", "item")), (fm.keras3_subclassed, RANKER_KEYS)],
+                         ids=["tf_keras", "keras3"])
+def test_shuffled_with_a_fixed_seed(factory, keys):
+    # Each epoch reshuffles. A dataset object's shuffle continues its sequence from one iteration (one fit
+    # epoch) to the next, so each program gets a dataset of its own, built with the same seeds.
+    reference = factory()
+    expected = batch_losses(reference)
+    reference.fit(fm.dataset(keys, shuffle_seed=3), epochs=3, verbose=0, callbacks=[expected])
+    model = factory()
+    got = batch_losses(model)
+    sst.fit(model, fm.dataset(keys, shuffle_seed=3), epochs=3, verbose=0, callbacks=[got])
+    assert len(got.losses) == 18 and got.losses == expected.losses
+    assert_same_weights(reference, model)
+    unshuffled = factory()
+    unshuffled.fit(fm.dataset(keys), epochs=3, verbose=0)
+    assert unshuffled.history.history["loss"] != reference.history.history["loss"]  # the shuffle took effect
