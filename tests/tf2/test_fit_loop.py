@@ -238,3 +238,25 @@ def test_shuffled_with_a_fixed_seed(factory, keys):
     unshuffled = factory()
     unshuffled.fit(fm.dataset(keys), epochs=3, verbose=0)
     assert unshuffled.history.history["loss"] != reference.history.history["loss"]  # the shuffle took effect
+
+
+class _PythonFirstTestStep(tf_keras.Sequential):
+    """Its test step hands the batch to Python first (numpy_function never moves), so nothing of it can move."""
+
+    def test_step(self, data):
+        x, y = (tf.numpy_function(lambda a: a, [t], t.dtype, stateful=False) for t in data)
+        return super().test_step((tf.ensure_shape(x, [None, 3]), tf.ensure_shape(y, [None, 1])))
+
+
+def test_validation_runs_unsplit_when_nothing_of_the_test_step_can_move():
+    def build():
+        tf_keras.utils.set_random_seed(1)
+        model = _PythonFirstTestStep([tf_keras.layers.Hashing(16), tf_keras.layers.Embedding(16, 4),
+                                      tf_keras.layers.GlobalAveragePooling1D(), tf_keras.layers.Dense(1)])
+        model.compile(tf_keras.optimizers.Adam(0.01), "mse")
+        return model
+
+    reference, model, expected, got, history = _both(build, _ids_dataset(), epochs=2, validation_data=_ids_dataset())
+    assert history.smartstage.test is None and history.smartstage.train.split.moved
+    assert got == expected and history.history == reference.history.history and "val_loss" in history.history
+    assert_same_weights(reference, model)
