@@ -153,6 +153,9 @@ def test_a_split_step_is_reused_only_for_its_element_spec():
     first = split_model_step(model, TRAIN_STEP, fm.dataset(("user", "item")))
     assert split_model_step(model, TRAIN_STEP, fm.dataset(("user", "item"), seed=4)) is first
     assert split_model_step(model, TRAIN_STEP, fm.dataset(("user", "item"), weights=True)) is not first
+    again = split_model_step(model, TRAIN_STEP, fm.dataset(("user", "item")))
+    model.score.trainable = False                                        # what trains changed
+    assert split_model_step(model, TRAIN_STEP, fm.dataset(("user", "item"))) is not again
 
 
 def _ids_dataset():
