@@ -340,7 +340,11 @@ def folded_reads(graph: tf.Graph) -> dict[str, str]:
 
 def dataset_settings(graph: tf.Graph, stage: str) -> tuple[int, int]:
     """(the map's num_parallel_calls, the prefetch's buffer_size) of a folded stage's dataset ops, read from
-    their constant inputs (-1: AUTOTUNE or not found)."""
+    their constant inputs (-1: AUTOTUNE or not found).
+
+        before:  staged(x, capacity=4, num_threads=2), folded
+        after:   (2, 4)
+    """
     parallelism = buffer_size = -1
     prefix = f"{stage}/{DATASET_FOLD_SCOPE}/"
     for op in graph.get_operations():

@@ -29,7 +29,11 @@ _lock = threading.Lock()
 
 
 def saved_iterators(graph: tf.Graph) -> set[str]:
-    """The iterator ops whose state the graph's SAVEABLE_OBJECTS save (make_saveable_from_iterator)."""
+    """The iterator ops whose state the graph's SAVEABLE_OBJECTS save (make_saveable_from_iterator).
+
+        before:  add_to_collection(SAVEABLE_OBJECTS, make_saveable_from_iterator(iterator))
+        after:   {"IteratorV2"}
+    """
     names = set()
     for saveable in graph.get_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS):
         op = getattr(saveable, "op", None)
@@ -40,7 +44,11 @@ def saved_iterators(graph: tf.Graph) -> set[str]:
 
 
 def iterators_read(put: tf.Operation) -> list[str]:
-    """The iterator ops `put`'s prefetch side reads (through IteratorGetNext), in graph order."""
+    """The iterator ops `put`'s prefetch side reads (through IteratorGetNext), sorted by name.
+
+        before:  IteratorV2 -> IteratorGetNext -> parse -> stage/put
+        after:   ["IteratorV2"]
+    """
     seen, todo, found = {put.name}, [put], []
     while todo:
         op = todo.pop()
