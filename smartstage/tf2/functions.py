@@ -1,7 +1,10 @@
 """functions: the two TF2 functions built from the two sides of a split step.
 
     prefetch side -> a map function:   dataset.map(prefetch_fn, num_parallel_calls=AUTOTUNE, deterministic=True)
-    main side     -> a tf.function:    main_fn(*boundary) runs the rest of the step on the SAME variables
+    main side     -> a tf.function:    main_fn(*element) runs the rest of the step on the SAME variables
+
+Each element carries the boundary tensors; those of one dtype with a static shape travel as one packed
+rank-1 tensor when that costs less than carrying them apart (Packing, with the cut-cost constants).
 
 Each side's GraphDef is imported into the function being traced (`tf.graph_util.import_graph_def` with an
 `input_map`): the input placeholders read the map function's arguments or the boundary tensors, and every
@@ -18,8 +21,10 @@ and about as many ops, but ran the main side 11x slower (104 vs 1144 steps/s, 5 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
@@ -68,6 +73,67 @@ def _import(graph_def: graph_pb2.GraphDef, input_map: dict[str, tf.Tensor], capt
                                           return_elements=returns, name=IMPORT_SCOPE)
 
 
+@dataclass(frozen=True)
+class Packing:
+    """How the boundary crosses in each dataset element: some tensors as they are, then one rank-1 tensor per
+    packed group (same dtype, static shape), which the main side splits and reshapes back.
+
+        before:  element = (ids:0 int64[256], Size:0 int32[], concat:0 int32[2], label:0 float32[256])
+        after:   element = (ids:0, label:0, int32[3])      # Size and concat packed: one tensor fewer
+    """
+
+    plain: tuple[int, ...]  # boundary indices carried as they are
+    groups: tuple[tuple[int, ...], ...] = ()  # boundary indices packed together, in boundary order
+    shapes: tuple = ()  # per boundary index: its static shape (a list), for the packed ones
+
+    @property
+    def width(self) -> int:
+        """Tensors per dataset element."""
+        return len(self.plain) + len(self.groups)
+
+
+def plan_packing(sides: Sides, traced: TracedStep) -> Packing:
+    """Packs the boundary tensors of one dtype and static shape into one when carrying one tensor instead of
+    n saves more than the packing costs (the cut-cost constants: each tensor fewer saves CARRY_TENSOR, the
+    concat and the split cost two ops and the bytes they copy)."""
+    from smartstage.passes.cut_cost import CARRY_PER_KB, CARRY_TENSOR, RECOMPUTE_OP
+
+    graph = traced.concrete.graph
+    tensors = [graph.get_tensor_by_name(t) for t in sides.boundary]
+    by_dtype: dict[Any, list[int]] = {}
+    for k, t in enumerate(tensors):
+        if t.dtype in (tf.int32, tf.int64, tf.float32, tf.float64, tf.bool) and t.shape.is_fully_defined():
+            by_dtype.setdefault(t.dtype, []).append(k)
+    groups = []
+    for dtype, members in by_dtype.items():
+        kb = sum(tensors[k].shape.num_elements() * dtype.size for k in members) / 1024
+        if len(members) > 1 and (len(members) - 1) * CARRY_TENSOR > 2 * RECOMPUTE_OP + 2 * CARRY_PER_KB * kb:
+            groups.append(tuple(members))
+    packed = {k for g in groups for k in g}
+    return Packing(plain=tuple(k for k in range(len(tensors)) if k not in packed), groups=tuple(groups),
+                   shapes=tuple(t.shape.as_list() if k in packed else None for k, t in enumerate(tensors)))
+
+
+def pack(boundary: list, packing: Packing) -> tuple:
+    """The dataset element of one batch's boundary tensors (Packing)."""
+    element = [boundary[k] for k in packing.plain]
+    for group in packing.groups:
+        element.append(tf.concat([tf.reshape(boundary[k], [-1]) for k in group], 0))
+    return tuple(element)
+
+
+def unpack(element, packing: Packing) -> list:
+    """The boundary tensors, in boundary order, from one dataset element (Packing)."""
+    boundary: list = [None] * (len(packing.plain) + sum(len(g) for g in packing.groups))
+    for k, value in zip(packing.plain, element):
+        boundary[k] = value
+    for group, value in zip(packing.groups, element[len(packing.plain):]):
+        sizes = [int(np.prod(packing.shapes[k], dtype=np.int64)) for k in group]
+        for k, part in zip(group, tf.split(value, sizes, 0)):
+            boundary[k] = tf.reshape(part, packing.shapes[k])
+    return boundary
+
+
 def prefetch_function(sides: Sides, traced: TracedStep) -> Callable:
     """The map function: a dataset element in, the boundary tensors out (a tuple, in boundary order).
 
@@ -92,8 +158,10 @@ def prefetch_function(sides: Sides, traced: TracedStep) -> Callable:
         if effects:  # moved ops the main side waited for: they run before the batch is handed over
             with tf.control_dependencies(effects):
                 boundary = [tf.identity(t) for t in boundary]
-        return tuple(boundary)
+        return pack(boundary, packing)
 
+    packing = plan_packing(sides, traced)
+    prefetch_side.packing = packing
     return prefetch_side
 
 
@@ -102,19 +170,31 @@ def boundary_specs(sides: Sides, traced: TracedStep) -> list[tf.TensorSpec]:
     return [tf.TensorSpec(graph.get_tensor_by_name(t).shape, graph.get_tensor_by_name(t).dtype) for t in sides.boundary]
 
 
-def main_function(sides: Sides, traced: TracedStep, jit_compile: bool | None) -> Callable:
-    """The main side as a tf.function of the boundary tensors, returning what the step returned.
+def element_specs(sides: Sides, traced: TracedStep, packing: Packing) -> list[tf.TensorSpec]:
+    """The specs of one dataset element: the plain boundary tensors, then each packed group (rank 1)."""
+    specs = boundary_specs(sides, traced)
+    return [specs[k] for k in packing.plain] + [
+        tf.TensorSpec([sum(int(np.prod(packing.shapes[k], dtype=np.int64)) for k in group)], specs[group[0]].dtype)
+        for group in packing.groups]
+
+
+def main_function(sides: Sides, traced: TracedStep, jit_compile: bool | None,
+                  packing: Packing | None = None) -> Callable:
+    """The main side as a tf.function of one dataset element (the boundary tensors, packed as `packing`
+    says), returning what the step returned.
 
         before:  loss = train_step(batch)
-        after:   loss = main_function(sides, traced, None)(*boundary)   # same variables, same updates
+        after:   loss = main_function(sides, traced, None)(*element)   # same variables, same updates
     """
+    packing = packing or Packing(plain=tuple(range(len(sides.boundary))))
     captures = _capture_map(sides.main_graph_def, traced)
     view = GraphView(sides.main_graph_def)
     effects = [op for op in traced.control_outputs if op in view]
     outputs = list(traced.outputs)
     structure = traced.concrete.structured_outputs
 
-    def main_side(*boundary):
+    def main_side(*element):
+        boundary = unpack(element, packing)
         input_map = {f"{name}:0": value for name, value in zip(sides.main_inputs, boundary)}
         found = _import(sides.main_graph_def, input_map, captures, outputs + effects)
         values = found[:len(outputs)]
@@ -126,8 +206,9 @@ def main_function(sides: Sides, traced: TracedStep, jit_compile: bool | None) ->
         return tf.nest.pack_sequence_as(structure, values, expand_composites=True)
 
     main_side.__name__ = f"{getattr(traced.function, '__name__', 'step')}_main_side"
-    return tf.function(main_side, input_signature=boundary_specs(sides, traced), jit_compile=jit_compile,
+    return tf.function(main_side, input_signature=element_specs(sides, traced, packing), jit_compile=jit_compile,
                        autograph=False)
 
 
-__all__ = ["IMPORT_SCOPE", "boundary_specs", "main_function", "prefetch_function"]
+__all__ = ["IMPORT_SCOPE", "Packing", "boundary_specs", "element_specs", "main_function", "pack", "plan_packing",
+           "prefetch_function", "unpack"]

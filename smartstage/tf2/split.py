@@ -31,8 +31,9 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SplitStep:
-    """A split step: `dataset` yields the boundary tensors of each batch, in input order; `step(batch)` runs
-    the main side on them and returns what the user's step returned. Unpacks as `ds2, step2 = split`."""
+    """A split step: `dataset` yields the boundary tensors of each batch (those of one dtype and static shape
+    packed into one tensor where that pays), in input order; `step(batch)` runs the main side on them and
+    returns what the user's step returned. Unpacks as `ds2, step2 = split`."""
 
     dataset: tf.data.Dataset
     step: Callable
@@ -74,8 +75,13 @@ class SplitStep:
             lines.extend(f"  {s.kind} {s.name!r} ({'may move' if s.movable else 'pinned'}: {s.reason})"
                          for s in self.analysis.states)
         order = "deterministic=True" if self.deterministic else "deterministic=False (batches may arrive out of order)"
+        packing = getattr(self.prefetch_function, "packing", None)
+        width = len(self.boundary) if packing is None else packing.width
+        packed = "" if width == len(self.boundary) else (
+            f" ({len(self.boundary)} boundary tensor(s), {sum(len(g) for g in packing.groups)} of them packed into "
+            f"{len(packing.groups)} by dtype)")
         lines.append(f"dataset: map(prefetch side, num_parallel_calls=AUTOTUNE, {order}).prefetch(AUTOTUNE), "
-                     f"{len(self.boundary)} tensor(s) per element")
+                     f"{width} tensor(s) per element{packed}")
         if self.tfdata_service:
             from smartstage.tf2.service import service_line
 
@@ -138,7 +144,8 @@ def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, 
     shapes = {t: graph.get_tensor_by_name(t).shape.as_proto() for t in partition.boundary_after}
     sides = cut(traced.graph_def, partition.moved, traced.inputs, tuple(partition.boundary_after), shapes)
     prefetch_fn = prefetch_function(sides, traced)
-    main_fn = main_function(sides, traced, traced.jit_compile if jit_compile is None else jit_compile)
+    main_fn = main_function(sides, traced, traced.jit_compile if jit_compile is None else jit_compile,
+                            prefetch_fn.packing)
     mapped = dataset.map(prefetch_fn, num_parallel_calls=num_parallel_calls, deterministic=deterministic)
     if tfdata_service is not None:
         from smartstage.tf2.service import distribute_on_service

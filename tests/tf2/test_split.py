@@ -42,8 +42,13 @@ def test_what_moves_and_what_stays():
     assert split.pinned["embedding_lookup"].kind == "variable"
     kinds = {s.kind for s in split.analysis.states}
     assert {"read_only_table", "read_only_variable", "variable"} <= kinds
-    # each dataset element is the boundary, in order
-    assert len(split.dataset.element_spec) == len(split.boundary)
+    # each dataset element is the boundary, in order; the three int32[2] gradient shapes travel as one int32[6]
+    packing = split.prefetch_function.packing
+    assert [[split.boundary[k] for k in g] for g in packing.groups] == [[
+        "gradient_tape/embedding_lookup/concat:0", "gradient_tape/embedding_lookup_2/concat:0",
+        "gradient_tape/embedding_lookup_1/concat:0"]]
+    assert len(split.dataset.element_spec) == packing.width == len(split.boundary) - 2
+    assert split.dataset.element_spec[-1] == tf.TensorSpec([6], tf.int32)
     text = split.summary()
     assert "moved to the prefetch side" in text and "captured state" in text and "deterministic=True" in text
 
