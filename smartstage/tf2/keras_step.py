@@ -84,12 +84,16 @@ def compile_identity(model) -> tuple:
         before:  model.compile(...); a = compile_identity(model)
         after:   model.compile(...); compile_identity(model) != a
     """
+    return tuple(id(p) for p in _compile_objects(model)) + (getattr(model, "_jit_compile", None),
+                                                            bool(model.run_eagerly))
+
+
+def _compile_objects(model) -> tuple:
+    """The optimizer, loss and metric containers compile() made (none of them refers back to the model)."""
     if keras_family(model) == "keras":
-        parts = (model.optimizer, getattr(model, "_compile_loss", None), getattr(model, "_compile_metrics", None),
-                 getattr(model, "_loss_tracker", None))
-    else:
-        parts = (model.optimizer, getattr(model, "compiled_loss", None), getattr(model, "compiled_metrics", None))
-    return tuple(id(p) for p in parts) + (getattr(model, "_jit_compile", None), bool(model.run_eagerly))
+        return (model.optimizer, getattr(model, "_compile_loss", None), getattr(model, "_compile_metrics", None),
+                getattr(model, "_loss_tracker", None))
+    return (model.optimizer, getattr(model, "compiled_loss", None), getattr(model, "compiled_metrics", None))
 
 
 def model_key(model, element_spec) -> tuple:
@@ -193,11 +197,8 @@ def split_model_step(model, method: str, dataset: tf.data.Dataset, *, determinis
                          f"{dataset.element_spec!r} ({_innermost(e)}); make the dataset yield what "
                          f"model.fit takes, (features, labels) or (features, labels, sample_weight), with every "
                          "feature the model reads") from e
-    keep = (model.optimizer, getattr(model, "_compile_loss", None), getattr(model, "_compile_metrics", None),
-            getattr(model, "_loss_tracker", None), getattr(model, "compiled_loss", None),
-            getattr(model, "compiled_metrics", None))
     result = ModelStepSplit(model_name=model.name, method=method, split=halves,
-                            key=model_key(model, dataset.element_spec), keep_alive=keep)
+                            key=model_key(model, dataset.element_spec), keep_alive=_compile_objects(model))
     _CACHE.setdefault(model, {})[method] = result
     return result
 

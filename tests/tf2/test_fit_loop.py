@@ -263,3 +263,20 @@ def test_validation_runs_unsplit_when_nothing_of_the_test_step_can_move():
     assert history.smartstage.test is None and history.smartstage.train.split.moved
     assert got == expected and history.history == reference.history.history and "val_loss" in history.history
     assert_same_weights(reference, model)
+
+
+@pytest.mark.parametrize("factory,keys", [(fm.ranking_tf_keras, ("user", "item")), (fm.keras3_subclassed, RANKER_KEYS)],
+                         ids=["tf_keras", "keras3"])
+def test_the_split_cache_lets_a_model_go(factory, keys):
+    import gc
+    import weakref
+
+    from smartstage.tf2 import keras_step
+
+    model = factory()
+    split_model_step(model, TRAIN_STEP, fm.dataset(keys))
+    assert model in keras_step._CACHE
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None                       # nothing the cache holds refers back to the model
