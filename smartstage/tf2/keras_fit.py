@@ -207,6 +207,7 @@ def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata
             if "can move" not in str(e):
                 raise
             logger.info("fit(%s): nothing of the test step can move; validation runs as model.evaluate", model.name)
+    logger.info("fit(%s): step route, %d op(s) of the train step moved", model.name, len(train.split.moved))
     splits = {TRAIN_STEP: train} if test is None else {TRAIN_STEP: train, TEST_STEP: test}
     with replaced_steps(model, splits):
         history = model.fit(train.map(dataset, tfdata_service), callbacks=callbacks,
@@ -246,6 +247,7 @@ def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | N
     if halves is not None:
         if split is not None:
             compile_like(halves.trainer, model)
+        logger.info("fit(%s): layer route, %d layer call(s) moved", model.name, len(halves.moved_layers))
         return _fit_layers(model, halves, dataset, validation_data, callbacks, tfdata_service, fit_kwargs)
     return _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata_service, fit_kwargs)
 
