@@ -24,7 +24,8 @@ as the median with the range over repeats, so they compare side by side under th
    built on): a dataset of batch-512 int64 ids, mapped (AUTOTUNE, deterministic) then prefetched, feeding a
    step that reads the ids and k shape-derived int32 scalars (Shape + StridedSlice of the ids, as a gradient
    needs them). Three ways per k, per element, in microseconds: "carry" (the map computes the k scalars and the
-   element carries them: k+1 tensors), "recompute" (the element carries the ids alone, the step computes the k
+   element carries them: k+1 tensors), "packed" (the same k scalars as one int32[k] tensor, unstacked by the
+   step, as split() packs them), "recompute" (the element carries the ids alone, the step computes the k
    scalars), and "no map" (no map at all, the step computes them: the map's own per-element cost is
    no map vs recompute). (carry - recompute) / k is what carrying one small tensor costs beyond recomputing it.
 
@@ -205,7 +206,7 @@ class WorkloadStep:
 
 
 TF2_KS = (4, 16, 64)
-TF2_WAYS = ("carry", "recompute", "no map")
+TF2_WAYS = ("carry", "packed", "recompute", "no map")
 
 
 def _tf2_program(way: str, k: int, batch: int = BATCH):
@@ -218,6 +219,8 @@ def _tf2_program(way: str, k: int, batch: int = BATCH):
 
     if way == "carry":
         ds = ids.map(lambda x: (x, *scalars(x)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    elif way == "packed":  # as split() packs them: one int32[k] tensor, unstacked by the step
+        ds = ids.map(lambda x: (x, tf.stack(scalars(x))), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     elif way == "recompute":
         ds = ids.map(lambda x: (x,), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     else:
@@ -226,6 +229,8 @@ def _tf2_program(way: str, k: int, batch: int = BATCH):
     specs = [tf.TensorSpec(s.shape, s.dtype) for s in tf.nest.flatten(ds.element_spec)]
 
     def step(x, *carried):
+        if way == "packed":
+            carried = tf.unstack(carried[0], num=k)
         values = list(carried) if carried else scalars(x)
         return tf.reduce_sum(x) + tf.cast(tf.add_n(values), tf.int64)
 
@@ -258,8 +263,9 @@ def measure_tf2(repeats: int, elements: int, ks: Sequence[int] = TF2_KS) -> dict
         _progress(f"tf2 repeat {repeat + 1}/{repeats} done")
     result = {}
     for k in ks:
-        carry, recompute, plain = (samples[(w, k)] for w in TF2_WAYS)
-        result[k] = {"carry_us": Spread.of(carry), "recompute_us": Spread.of(recompute), "no_map_us": Spread.of(plain),
+        carry, packed, recompute, plain = (samples[(w, k)] for w in TF2_WAYS)
+        result[k] = {"carry_us": Spread.of(carry), "packed_us": Spread.of(packed), "recompute_us": Spread.of(recompute),
+                     "no_map_us": Spread.of(plain),
                      # paired within a repeat: what one carried scalar costs beyond recomputing it
                      "per_tensor_us": Spread.of((c - r) / k for c, r in zip(carry, recompute)),
                      "map_us": Spread.of(r - p for r, p in zip(recompute, plain))}
@@ -267,10 +273,11 @@ def measure_tf2(repeats: int, elements: int, ks: Sequence[int] = TF2_KS) -> dict
 
 
 def tf2_report_text(result: dict[Any, Any]) -> str:
-    rows = [[k, d["carry_us"].text(1), d["recompute_us"].text(1), d["no_map_us"].text(1), d["per_tensor_us"].text(2),
-             d["map_us"].text(1)] for k, d in result.items()]
+    rows = [[k, d["carry_us"].text(1), d["packed_us"].text(1), d["recompute_us"].text(1), d["no_map_us"].text(1),
+             d["per_tensor_us"].text(2), d["map_us"].text(1)] for k, d in result.items()]
     return ("\nTF2 split, microseconds per element (median (range) over repeats):\n\n"
-            + markdown_table(["k shape scalars", "carry (k+1 tensors)", "recompute (1 tensor)", "no map",
+            + markdown_table(["k shape scalars", "carry (k+1 tensors)", "packed (2 tensors)", "recompute (1 tensor)",
+                              "no map",
                               "(carry - recompute) / k", "the map itself (recompute - no map)"], rows) + "\n")
 
 
