@@ -86,3 +86,30 @@ def test_a_sequential_model():
     split = sst.split_model(model)
     assert split.moved_layers == ("lookup",)
     assert split.trainer.get_layer("score") is model.get_layer("score")
+
+
+class _Print(keras.layers.Layer):
+    def call(self, x):
+        tf.print(x)  # an effect: on the prefetch side it would print batches ahead of the step, out of order
+        return x * 2.0
+
+
+class _Python(keras.layers.Layer):
+    def call(self, x):
+        out = tf.numpy_function(lambda v: v + 1.0, [x], tf.float32, stateful=False)
+        out.set_shape(x.shape)
+        return out
+
+
+@pytest.mark.parametrize("layer, reason", [(_Print, r"PrintV2"), (_Python, r"runs Python \(PyFuncStateless")])
+def test_a_layer_that_prints_or_runs_python_stays_in_the_model(layer, reason):
+    #   c -> effect layer (reads raw input only, no weights) -> Dense -> loss
+    keras.utils.set_random_seed(1)
+    c = keras.Input((3,), name="c")
+    kept = layer(name="effect")(c)
+    moved = keras.layers.Reshape((3,), name="flat")(c)
+    model = keras.Model({"c": c}, keras.layers.Dense(1, name="out")(keras.layers.Concatenate()([kept, moved])))
+    halves = sst.split_model(model)
+    verdict = next(v for v in halves.verdicts if v.layer == "effect")
+    assert not verdict.moved and re.search(reason, verdict.reason), verdict.reason
+    assert "flat" in halves.moved_layers  # the rest of the model still splits
