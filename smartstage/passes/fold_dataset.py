@@ -30,7 +30,9 @@ summary, when its prefetch side is not exactly one iterator read and a body (ano
 op, a variable, a mutable table, a py_func that keeps state, a fed placeholder), when a body tensor is
 read outside the prefetch side, when the stage has a feed_dict, or when the iterator is read elsewhere.
 Those stages keep the lanes (docs/runtime.md). The analysis is passes/fold_fit.py (FoldFit, fold_fit); this
-module records the edits. With do_smart_stage_gpu a stage keeps its GPU-resident buffer (fold_fit.GPU_REASON).
+module records the edits. With do_smart_stage_gpu the moved work folds the same way but the stage keeps its
+buffer, which the GPU passes place on the device, filled by one thread from the new read (fold_fit.GPU_REASON:
+why not prefetch_to_device): the host-to-device copy stays off the step.
 A session applies the same edit log to the live graph (session/live_rewrite.py): the old ops stay, detached.
 
 Values: the map computes what the moved ops compute in the step, batch for batch, in input order
@@ -42,6 +44,7 @@ map's function (passes/dataset_map.py, as_a_session_rewrites): flag off and on a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2
@@ -50,10 +53,11 @@ from smartstage.graph.edits import EditLog, apply_to_graph_def, dedupe_controls
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.view import GraphView
 from smartstage.passes.dataset_map import DatasetBody, copy_scratch, scratch_dataset_graph
-from smartstage.passes.fold_fit import (AUTOTUNE, GPU_REASON, INITIALIZABLE_ITERATORS, ONE_SHOT_ITERATORS, SCOPE, FoldFit,
-                                       fold_fit)
+from smartstage.passes.fold_fit import (AUTOTUNE, GPU_REASON, INITIALIZABLE_ITERATORS, ONE_SHOT_ITERATORS, SCOPE,
+                                       FoldFit, fold_fit)
 from smartstage.passes.gpu.prefetch_sides import prefetch_sides
 from smartstage.passes.manager import PassContext, PassResult
+from smartstage.passes.stage_defs import replace_stage_def, with_fields
 
 logger = logging.getLogger(__name__)
 
@@ -67,13 +71,13 @@ class FoldDataset:
 
     def run(self, graph_def: graph_pb2.GraphDef, ctx: PassContext) -> PassResult:
         view = ctx.view_of(graph_def)
-        if ctx.options.do_smart_stage_gpu:
-            fits = {s.name: FoldFit(s.name, skipped=GPU_REASON) for s in ctx.stages}
-            return PassResult(graph_def, changed=False, details=fits,
-                              summary=tuple(f"{name}: keeps its buffer and lanes: {GPU_REASON}" for name in fits))
+        gpu = ctx.options.do_smart_stage_gpu  # the stage keeps its buffer for the GPU (fold_fit.GPU_REASON)
         sides = prefetch_sides(view, ctx.stages)
         fits = {s.name: fold_fit(view, s, sides.side.get(s.name, frozenset()), set(ctx.targets))
                 for s in ctx.stages}
+        if gpu:
+            fits = {name: dataclasses.replace(fit, keeps_buffer=True) if fit.folds else fit
+                    for name, fit in fits.items()}
         summary = [f"{name}: keeps its buffer and lanes: {fit.skipped}" for name, fit in fits.items() if fit.skipped]
         chosen = [fit for fit in fits.values() if fit.folds]
         if not chosen:
@@ -82,18 +86,46 @@ class FoldDataset:
         library = {f.signature.name: f for f in graph_def.library.function}
         for fit in chosen:
             fold_stage(log, view, fit, library)
-            log.remove_stage_def(fit.stage)
             logger.info("stage %r: %d node(s) folded into the dataset of %r", fit.stage, len(fit.body), fit.iterator)
-            summary.append(
-                f"{fit.stage}: folded into the dataset of iterator {fit.iterator!r}: map({len(fit.body)} node(s), "
-                f"num_parallel_calls={_setting(fit.num_parallel_calls)}, deterministic={fit.deterministic}) then "
-                f"prefetch({_setting(fit.buffer_size)}); the iterator yields the {len(fit.outputs)} boundary "
-                f"tensor(s), the step reads {read_name(fit)}; the buffer and its {len(fit.removed)} op(s) are gone")
-        rewire_folded(log, view, chosen)
-        folded = {fit.stage for fit in chosen}
+            into = (f"{fit.stage}: folded into the dataset of iterator {fit.iterator!r}: map({len(fit.body)} node(s), "
+                    f"num_parallel_calls={_setting(fit.num_parallel_calls)}, deterministic={fit.deterministic}) then "
+                    f"prefetch({_setting(fit.buffer_size)}); the iterator yields the {len(fit.outputs)} boundary "
+                    f"tensor(s)")
+            if fit.keeps_buffer:
+                stage = next(s for s in ctx.stages if s.name == fit.stage)
+                feed_buffer_from_read(log, view, fit)
+                if stage.stage_def is not None:  # one thread moves each batch from the iterator to the buffer
+                    replace_stage_def(ctx, log, stage, with_fields(
+                        stage.stage_def, boundary_tensors=[f"{read_name(fit)}:{k}" for k in range(len(fit.outputs))],
+                        num_threads=1))
+                summary.append(f"{into}, which one thread puts into the stage's buffer ({GPU_REASON})")
+            else:
+                log.remove_stage_def(fit.stage)
+                summary.append(f"{into}, the step reads {read_name(fit)}; the buffer and its {len(fit.removed)} "
+                               "op(s) are gone")
+        rewire_folded(log, view, [fit for fit in chosen if not fit.keeps_buffer])
+        folded = {fit.stage for fit in chosen if not fit.keeps_buffer}
         ctx.stages[:] = [s for s in ctx.stages if s.name not in folded]
         new = apply_to_graph_def(graph_def, log.edits, view)
         return PassResult(new, changed=True, summary=tuple(summary), details=fits, edits=log.edits)
+
+
+def feed_buffer_from_read(log: EditLog, view: GraphView, fit: FoldFit) -> None:
+    """A folded stage that keeps its buffer (do_smart_stage_gpu): the put carries the new read's outputs, the old
+    read and the body leave the graph (they run in the map; checks the put waited on too).
+
+        before:  IteratorGetNext -> sqrt -> put(buffer, sqrt) ~~ take -> mul(w)
+        after:   stage/dataset_fold/IteratorGetNext -> put(buffer, stage/dataset_fold/IteratorGetNext) ~~ take -> mul(w)
+    """
+    dropped = (set(fit.body) - set(fit.kept)) | {fit.read}
+    inputs = list(log.inputs_of(fit.put))
+    data = [raw for raw in inputs if not raw.startswith("^")]
+    control = [raw for raw in inputs if raw.startswith("^") and raw[1:] not in dropped]
+    read = read_name(fit)
+    log.set_inputs(fit.put, [data[0], *(f"{read}:{k}" if k else read for k in range(len(fit.outputs))), *control])
+    for name in view.order():
+        if name in dropped:
+            log.remove_node(name)
 
 
 def _setting(value: int) -> str:
@@ -127,7 +159,8 @@ def fold_stage(log: EditLog, view: GraphView, fit: FoldFit, library: dict[str, f
         types, shapes = scratch.output_types, scratch.output_shapes
         end = names[parse_tensor_name(scratch.dataset).node]
         inputs = [end, *view.raw_inputs(maker)[1:]]
-        log.set_inputs(maker, dedupe_controls(raw for raw in inputs if parse_tensor_name(raw).node not in fit.removed))
+        gone = set() if fit.keeps_buffer else set(fit.removed)  # a kept buffer keeps what empties it on re-init
+        log.set_inputs(maker, dedupe_controls(raw for raw in inputs if parse_tensor_name(raw).node not in gone))
     type_list = attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(type=list(types)))
     shape_list = attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(shape=list(shapes)))
     log.set_attr(fit.iterator, "output_types", type_list)

@@ -28,12 +28,12 @@ ONE_SHOT_ITERATORS = {"OneShotIterator"}
 # Ops that use an iterator besides its read and its initializers, and leave the elements alone.
 _ITERATOR_USERS = {"IteratorToStringHandle", "SerializeIterator", "DeserializeIterator", "DeleteIterator"}
 _UNMOVABLE_DTYPES = {types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT}
-# Why do_smart_stage_gpu keeps the buffer (checked on TensorFlow 2.21, v1 graph): prefetch_to_device and
-# copy_to_device make the dataset a GeneratorDataset on the device, and the iterator, its MakeIterator and
+# Why do_smart_stage_gpu keeps the stage's buffer (checked on TensorFlow 2.21, v1 graph): prefetch_to_device
+# and copy_to_device make the dataset a GeneratorDataset on the device, and the iterator, its MakeIterator and
 # IteratorGetNext must then be placed there with it; a GeneratorDataset "does not support checkpointing", so
 # the user's saveable iterator would fail to save. The GPU-resident buffer keeps the copy off the step.
-GPU_REASON = ("do_smart_stage_gpu: the GPU-resident buffer keeps the host-to-device copy off the step (tf.data's "
-              "prefetch_to_device moves the iterator to the device and cannot be checkpointed)")
+GPU_REASON = ("do_smart_stage_gpu: the GPU-resident buffer keeps the host-to-device copy off the step; tf.data's "
+              "prefetch_to_device moves the iterator to the device and cannot be checkpointed")
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,7 @@ class FoldFit:
     num_parallel_calls: int = AUTOTUNE
     buffer_size: int = AUTOTUNE
     deterministic: bool = True
+    keeps_buffer: bool = False       # do_smart_stage_gpu: the map folds, the stage keeps its (GPU) buffer
     skipped: str = ""                # why the stage keeps its buffer (and lanes)
 
     @property

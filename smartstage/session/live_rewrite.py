@@ -140,8 +140,18 @@ def folded_stages(result) -> dict:
     """The stages the fold_dataset pass folded into their datasets: stage name -> FoldFit."""
     for report in result.reports:
         if report.name == FOLD_DATASET and report.changed and report.details:
-            return {name: fit for name, fit in report.details.items() if fit.folds}
+            return {name: fit for name, fit in report.details.items() if fit.folds and not fit.keeps_buffer}
     return {}
+
+
+def _fold_removals(result) -> set[str]:
+    """The old reads and bodies of stages folded that keep their buffer (do_smart_stage_gpu): they leave the
+    graph; their stage stays, rebuilt by expand_stage's edits like any expanded stage."""
+    for report in result.reports:
+        if report.name == FOLD_DATASET and report.changed and report.details:
+            return {n for fit in report.details.values() if fit.folds and fit.keeps_buffer
+                    for n in (*(set(fit.body) - set(fit.kept)), fit.read)}
+    return set()
 
 
 def _edits(result, left: list, folded: dict | None = None) -> list:
@@ -151,10 +161,11 @@ def _edits(result, left: list, folded: dict | None = None) -> list:
     folded = folded or {}
     own = {n for p in left for n in (*p.take_readers, *p.main_readers, p.stage.put, p.stage.take, *p.stage.ops)}
     gone = {n for fit in folded.values() for n in (*fit.removed, *fit.body, fit.read, fit.put, fit.take)}
+    gone |= _fold_removals(result)
     names = {p.stage.name for p in left} | set(folded)
     edits = []
     for report in result.reports:
-        if report.name != "expand_stage" or not (left or folded):
+        if report.name != "expand_stage" or not (left or gone):
             edits.extend(report.edits)
             continue
         kept = [e for e in report.edits if not (touched_nodes([e]) & (own | gone) or

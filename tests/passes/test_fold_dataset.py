@@ -169,22 +169,46 @@ def test_a_stage_with_a_feed_dict_is_not_folded():
     assert "feed_dict" in fold_report(result).details["stage"].skipped
 
 
-def test_gpu_keeps_the_gpu_resident_buffer():
-    result = ss.optimize(lookup_graph(), ss.enable_smart_stage(tf.compat.v1.ConfigProto(), gpu=True),
-                         targets=["train", "loss"])
+def gpu_graph():
+    #   IteratorGetNext -> put ~~ take -> sqrt, lookup(table) -> add -> [GPU:0] mul(w) -> loss -> train
+    graph = tf.Graph()
+    with graph.as_default():
+        iterator = tf.compat.v1.data.make_initializable_iterator(_rows())
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TABLE_INITIALIZERS, iterator.initializer)
+        features = ss.staged(iterator.get_next(), capacity=4, num_threads=2)
+        table = _table()
+        x = tf.sqrt(features["x"]) + tf.cast(table.lookup(features["id"]), tf.float32)
+        with tf.device("/device:GPU:0"):
+            w = tf.compat.v1.get_variable("w", [], initializer=tf.compat.v1.ones_initializer())
+            loss = tf.reduce_sum(x * w, name="loss")
+            tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, name="train")
+        return tf.compat.v1.train.export_meta_graph(graph=graph)
+
+
+def test_gpu_folds_the_moved_work_and_one_thread_fills_the_gpu_resident_buffer():
+    meta = gpu_graph()
+    result = ss.optimize(meta, ss.enable_smart_stage(tf.compat.v1.ConfigProto(), gpu=True), targets=["train", "loss"])
     fit = fold_report(result).details["stage"]
-    assert isinstance(fit, FoldFit) and "do_smart_stage_gpu" in fit.skipped
-    assert "stage/put" in nodes_of(result)
+    assert isinstance(fit, FoldFit) and fit.folds and fit.keeps_buffer
+    nodes = nodes_of(result)
+    assert nodes["stage/put"].input == ["stage/buffer", READ]  # the put carries the iterator's elements
+    assert nodes["stage/buffer"].device == "/device:GPU:0" and nodes[READ].device == "/device:CPU:0"
+    assert not {"Sqrt", "add", "IteratorGetNext"} & set(nodes)  # the body runs in the map
+    (stage_def,) = ss.runtime.stage_defs_from_meta_graph(result.meta_graph_def)
+    assert (list(stage_def.boundary_tensors), stage_def.num_threads) == ([f"{READ}:0"], 1)
+    soft = tf.compat.v1.ConfigProto(allow_soft_placement=True)  # no GPU here: TensorFlow places it on the CPU
+    steps = ROWS // BATCH
+    np.testing.assert_array_equal(run_flag_off(result.meta_graph_def, steps, soft), run_flag_off(meta, steps, soft))
 
 
 # -- values: the optimized graph in a plain session against the stage run by its prefetch threads ----------
 
 
-def run_flag_off(meta, steps):
+def run_flag_off(meta, steps, config=None):
     """The unoptimized graph: staged() run by SmartStage's prefetch threads (flag off)."""
     with tf.Graph().as_default() as graph:
         tf.compat.v1.train.import_meta_graph(meta)
-        with tf.compat.v1.Session() as sess:
+        with tf.compat.v1.Session(config=config) as sess:
             _initialize(sess, graph)
             threads = ss.start_prefetch_threads(sess)
             try:

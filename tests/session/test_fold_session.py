@@ -169,3 +169,26 @@ def test_an_initializer_built_after_the_fold_is_refused_with_the_fix():
                                              iterator)
         with pytest.raises(TargetError, match="build every initializer .* before creating the session"):
             sess.run(init)
+
+
+def test_gpu_flag_folds_the_work_and_keeps_a_gpu_buffer_filled_by_one_thread():
+    from tests.passes.test_fold_dataset import gpu_graph
+
+    def run(config):
+        with tf.Graph().as_default() as graph:
+            tf.compat.v1.train.import_meta_graph(gpu_graph())
+            with ss.Session(config=config) as sess:
+                sess.run([tf.compat.v1.global_variables_initializer(),
+                          *graph.get_collection(tf.compat.v1.GraphKeys.TABLE_INITIALIZERS)])
+                losses = [sess.run(["loss:0", "train"])[0] for _ in range(STEPS)]
+                return losses, live_rewrite_of(graph), ss.stage_defs(graph)
+
+    soft = tf.compat.v1.ConfigProto(allow_soft_placement=True)  # no GPU here: TensorFlow places it on the CPU
+    off, _, _ = run(soft)
+    gpu = tf.compat.v1.ConfigProto(allow_soft_placement=True)
+    on, record, (stage_def,) = run(ss.enable_smart_stage(gpu, gpu=True))
+    assert on == off
+    assert stage_def.num_threads == 1  # the staged() outputs stay fetchable, so the iterator carries them too
+    assert all(t.startswith("stage/dataset_fold/IteratorGetNext:") for t in stage_def.boundary_tensors)
+    (stage,) = record.stages
+    assert not stage.folded_into and stage.new_ops["take"] == "stage/smart_stage/take"  # the buffer is rebuilt

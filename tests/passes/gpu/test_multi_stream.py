@@ -14,8 +14,9 @@ from smartstage.passes.gpu.prefetch_sides import prefetch_sides
 from tests.builder import G, N, node
 from tests.passes.gpu.test_placement import GPU0, model_graph, stage_ops
 
-STREAMS = enable_smart_stage(multi_stream=True)
-STREAMS_GPU = enable_smart_stage(gpu=True, multi_stream=True)
+# Streams of stages kept with their lanes (a folded stage has no prefetch side of ours to tag).
+STREAMS = enable_smart_stage(multi_stream=True, tf_data_stage="lanes")
+STREAMS_GPU = enable_smart_stage(gpu=True, multi_stream=True, tf_data_stage="lanes")
 
 
 def stream_ids(graph_def) -> dict[str, int]:
