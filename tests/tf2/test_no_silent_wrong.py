@@ -144,3 +144,10 @@ def test_the_keras_gradient_shapes_are_recomputed_in_the_step():
     assert not crossing_shapes  # every shape of a tensor that crosses anyway is recomputed
     check = sst.verify(tf.function(model.train_step), ds, steps=2, split=split)
     assert check.identical, check.describe()
+
+
+def test_verify_fit_compares_the_same_batches_of_a_shuffled_dataset():
+    from tests.tf2.keras_models import preprocessing_model, raw_dataset as keras_dataset
+
+    check = sst.verify_fit(preprocessing_model(), keras_dataset().shuffle(64), steps=4)
+    assert check.identical, check.describe()
