@@ -109,6 +109,7 @@ def test_a_prefetch_error_reaches_run_as_that_error():
     graph = tf.Graph()
     with graph.as_default():
         train_op = failing_model()
+    flag = lanes_flag  # the prefetch threads' error (a folded stage's check fails the step through its iterator)
     with Session(graph=graph, config=flag()) as sess:
         assert "small" in sess.smart_stage.stages[0].moved
         sess.run(init_ops(graph))
