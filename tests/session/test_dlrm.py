@@ -98,7 +98,8 @@ def test_checkpoints_restore_into_a_graph_built_the_other_way_and_back(criteo, r
     for written, restored in (("on", "off"), ("off", "on")):
         saved = checkpoint_values(runs["dirs"][written])
         values, losses, record = restore_and_train(criteo, restored == "on", runs["dirs"][written], MORE)
-        assert (record is not None) == (restored == "on")
+        # flag off: the stage folds into its dataset at most (nothing expands)
+        assert record is not None if restored == "on" else (record is None or all(s.folded_into for s in record.stages))
         assert set(values) == set(saved)
         for name, value in values.items():
             np.testing.assert_array_equal(value, saved[name], err_msg=f"{written} -> {restored}: {name}")
