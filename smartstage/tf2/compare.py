@@ -126,8 +126,7 @@ def verify_fit(model, dataset: tf.data.Dataset, *, steps: int = 20, split=None) 
         before:  model.fit(ds)                          after:  ss.tf2.fit(model, ds)
         check:   ss.tf2.verify_fit(model, ds, steps=20).identical
     """
-    from smartstage.tf2.keras_fit import compile_like
-    from smartstage.tf2.keras_split import split_model
+    from smartstage.tf2.keras_split import compile_like, split_model
 
     halves = split or split_model(model)
     compile_like(halves.trainer, model)

@@ -26,7 +26,7 @@ from typing import Any
 import tensorflow as tf
 
 from smartstage.errors import SplitError
-from smartstage.tf2.keras_split import KerasSplit, graph_model, split_model
+from smartstage.tf2.keras_split import KerasSplit, compile_like, graph_model, split_model
 from smartstage.tf2.keras_step import (TEST_STEP, TRAIN_STEP, ModelStepSplit, is_compiled, keras_family, model_key,
                                        replaced_steps, split_model_step)
 
@@ -86,22 +86,6 @@ def _on_user_model(callback, model, trainer):
     for name in _HOOKS:
         setattr(OnUserModel, name, forward(name))
     return OnUserModel()
-
-
-def compile_like(trainer, model) -> None:
-    """Compiles `trainer` as `model` was compiled, sharing its optimizer, loss and metric objects.
-
-        before:  model.compile(adam, "mse", metrics=[mae]);  trainer = split_model(model).trainer
-        after:   compile_like(trainer, model)      # trainer.optimizer is adam, its metrics update mae
-    """
-    config = getattr(getattr(model, "_compile_config", None), "config", None)
-    if not getattr(model, "compiled", False) or config is None or getattr(model, "optimizer", None) is None:
-        raise SplitError(f"fit(): model {model.name!r} is not compiled; call model.compile(optimizer, loss, ...) "
-                         "before ss.tf2.fit(model, ...), as before model.fit")
-    trainer.compile(optimizer=model.optimizer, loss=config.get("loss"), loss_weights=config.get("loss_weights"),
-                    metrics=config.get("metrics"), weighted_metrics=config.get("weighted_metrics"),
-                    run_eagerly=config.get("run_eagerly", False),
-                    steps_per_execution=config.get("steps_per_execution", 1), jit_compile=bool(model.jit_compile))
 
 
 def _check_dataset(name: str, dataset) -> None:

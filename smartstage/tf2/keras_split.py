@@ -120,6 +120,22 @@ class KerasSplit:
         return "\n".join(lines)
 
 
+def compile_like(trainer, model) -> None:
+    """Compiles `trainer` as `model` was compiled, sharing its optimizer, loss and metric objects.
+
+        before:  model.compile(adam, "mse", metrics=[mae]);  trainer = split_model(model).trainer
+        after:   compile_like(trainer, model)      # trainer.optimizer is adam, its metrics update mae
+    """
+    config = getattr(getattr(model, "_compile_config", None), "config", None)
+    if not getattr(model, "compiled", False) or config is None or getattr(model, "optimizer", None) is None:
+        raise SplitError(f"fit(): model {model.name!r} is not compiled; call model.compile(optimizer, loss, ...) "
+                         "before ss.tf2.fit(model, ...), as before model.fit")
+    trainer.compile(optimizer=model.optimizer, loss=config.get("loss"), loss_weights=config.get("loss_weights"),
+                    metrics=config.get("metrics"), weighted_metrics=config.get("weighted_metrics"),
+                    run_eagerly=config.get("run_eagerly", False),
+                    steps_per_execution=config.get("steps_per_execution", 1), jit_compile=bool(model.jit_compile))
+
+
 def graph_model(model):
     """The functional graph of `model` (a Sequential's inner functional); SplitError for a subclassed model."""
     import keras
@@ -211,4 +227,4 @@ def split_model(model, *, deterministic: bool = True) -> KerasSplit:
                       cut=tuple(t.name for t in cut), deterministic=deterministic, analyses=analyses)
 
 
-__all__ = ["KerasSplit", "LayerVerdict", "graph_model", "split_model"]
+__all__ = ["KerasSplit", "LayerVerdict", "compile_like", "graph_model", "split_model"]
