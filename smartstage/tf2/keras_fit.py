@@ -101,6 +101,16 @@ def _strategy(model):
 
 
 def _check_arguments(model, fit_kwargs: dict) -> None:
+    import difflib
+    import inspect
+
+    known = inspect.signature(type(model).fit).parameters
+    if not any(p.kind == p.VAR_KEYWORD for p in known.values()):
+        for name in fit_kwargs:
+            if name not in known:
+                close = difflib.get_close_matches(name, list(known), n=1)
+                raise SplitError(f"fit(): {type(model).fit.__qualname__} takes no argument {name!r}"
+                                 + (f"; did you mean {close[0]!r}?" if close else "; drop it"))
     for name, fix in _DATA_ARGUMENTS.items():
         value = fit_kwargs.get(name)
         if value is not None and not (isinstance(value, (int, float)) and value == 0):

@@ -61,6 +61,10 @@ CASES = {
                              r"'ranking' is compiled with run_eagerly=True.*run_eagerly=False for ss\.tf2\.fit"),
     "run_eagerly_keras3": (_run_eagerly(fm.keras3_subclassed), lambda: (fm.dataset(KEYS + ("age",)),), {},
                            r"'keras3_ranker' is compiled with run_eagerly=True"),
+    "misspelled_argument": (fm.ranking_tf_keras, lambda: (fm.dataset(KEYS),), {"epoch": 2},
+                            r"fit takes no argument 'epoch'; did you mean 'epochs'\?"),
+    "misspelled_argument_keras3": (fm.keras3_subclassed, lambda: (fm.dataset(KEYS),), {"class_weights": {}},
+                                   r"fit takes no argument 'class_weights'; did you mean 'class_weight'\?"),
     "no_labels": (fm.ranking_tf_keras, lambda: (fm.dataset(KEYS).map(lambda x, y: x),), {},
                   r"element_spec .*train_step"),
 }
