@@ -81,7 +81,10 @@ def fold_fit(view: GraphView, stage: StageBoundary, side: frozenset[str], target
     if stage.kind != FIFO:
         return skip(f"a {stage.kind} stage: only FIFO-queue stages fold into a dataset")
     stage_def = stage.stage_def
-    if stage_def is not None and stage_def.feeds:
+    if stage_def is None:  # a hand-made queue: a QueueRunner of the user's may run its put, and names its ops
+        return skip("a stage found by the graph's shape (no StageDef: not built by staged() or auto-stage); its "
+                    "queue and QueueRunner stay as the user built them")
+    if stage_def.feeds:
         return skip(f"the stage has a feed_dict ({stage_def.feeds[0].placeholder}): its prefetch side is fed per batch")
     # A dataset ends only on OutOfRange and has no per-type error policy: other closed or ignored error
     # types keep their meaning on the lanes only.
