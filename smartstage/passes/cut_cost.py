@@ -104,6 +104,7 @@ class _Sizes:
     def __init__(self, view: GraphView):
         self.view = view
         self._small: dict[str, bool] = {}
+        self._visiting: set[str] = set()
 
     def carry(self, node: str, port: int) -> float:
         count = _elements(self.view, node, port)
@@ -116,33 +117,55 @@ class _Sizes:
 
     def small(self, name: str) -> bool:
         """Every output of `name` has at most SMALL_ELEMENTS elements (statically, or as shape arithmetic)."""
-        if name in self._small:
-            return self._small[name]
-        self._small[name] = False  # a cycle is never small
+        stack = [name]
+        while stack:  # iterative: a long chain of shape arithmetic must not exhaust Python's stack
+            current = stack[-1]
+            if current in self._small:
+                stack.pop()
+                continue
+            pending = [t.node for t in self._derived_from(current) if t.node not in self._small]
+            if pending and current not in self._visiting:
+                self._visiting.add(current)
+                stack.extend(pending)
+                continue
+            self._visiting.discard(current)
+            self._small[current] = self._verdict(current)
+            stack.pop()
+        return self._small[name]
+
+    def _derived_from(self, name: str) -> list:
+        """The inputs whose smallness decides that of `name` (none when its own shape or type decides)."""
+        view = self.view
+        op = view.op(name)
+        dtypes = view.output_dtypes(name) or []
+        if not dtypes or any(d not in _DTYPE_BYTES for d in dtypes) or op in _SHAPE_SOURCES or op == "Const":
+            return []
+        if all(_elements(view, name, p) is not None for p in range(len(dtypes))):
+            return []
+        if op in ("Reshape", "ExpandDims", "Squeeze", "Identity", "StopGradient", "Snapshot"):
+            return [t for t in view.data_inputs(name)[:1] if t.node in view]
+        if op in SHAPE_ARITHMETIC_OPS and op not in _SIZE_FROM_VALUES:
+            return [t for t in view.data_inputs(name) if t.node in view]
+        return []
+
+    def _verdict(self, name: str) -> bool:
         view = self.view
         op = view.op(name)
         dtypes = view.output_dtypes(name) or []
         counts = [_elements(view, name, p) for p in range(len(dtypes))]
         if not dtypes or any(d not in _DTYPE_BYTES for d in dtypes):
-            verdict = False  # shape arithmetic is numeric: strings, handles and unknown types never are
-        elif all(c is not None for c in counts):
-            verdict = all(c <= SMALL_ELEMENTS for c in counts)
-        elif op in _SHAPE_SOURCES:
-            verdict = True
-        elif op == "Const":
+            return False  # shape arithmetic is numeric: strings, handles and unknown types never are
+        if all(c is not None for c in counts):
+            return all(c <= SMALL_ELEMENTS for c in counts)
+        if op in _SHAPE_SOURCES:
+            return True
+        if op == "Const":
             value = view.node(name).attr["value"].tensor
             dims = [d.size for d in value.tensor_shape.dim]
-            verdict = all(d >= 0 for d in dims) and _product(dims) <= SMALL_ELEMENTS
-        elif op in ("Reshape", "ExpandDims", "Squeeze", "Identity", "StopGradient", "Snapshot"):
-            data = view.data_inputs(name)[:1]  # the same elements as the input
-            verdict = bool(data) and self.small(data[0].node)
-        elif op in SHAPE_ARITHMETIC_OPS and op not in _SIZE_FROM_VALUES:
-            data = view.data_inputs(name)
-            verdict = bool(data) and all(self.small(t.node) for t in data)
-        else:
-            verdict = False
-        self._small[name] = verdict
-        return verdict
+            return all(d >= 0 for d in dims) and _product(dims) <= SMALL_ELEMENTS
+        data = self._derived_from(name)
+        # a node still being decided higher up the stack is part of a cycle: never small
+        return bool(data) and all(self._small.get(t.node, False) for t in data)
 
 
 def _product(dims: Iterable[int]) -> int:

@@ -181,3 +181,13 @@ def test_the_plan_is_the_cheapest_allowed_choice(graph_def):
     assert abs(got - best) < 1e-9, (p.recomputed, got, best)
     for name in p.recomputed:  # a recomputed node feeds the main side only
         assert all(f.consumer not in p.moved for f in view.fanouts(name))
+
+
+def test_a_long_chain_of_shape_arithmetic_is_judged_without_recursion():
+    #   take -> ids -> shape -> id0 -> id1 -> ... -> id2999      (deeper than Python's recursion limit)
+    nodes = [reader("r"), *fifo_stage(["r"]), N("ids", "StringToHashBucketFast", ["stage/take"], num_buckets=10),
+             N("shape", "Shape", ["ids"], T=I64, out_type=I32)]
+    nodes += [N(f"id{i}", "Identity", ["shape" if i == 0 else f"id{i - 1}"], T=I32) for i in range(3000)]
+    view = GraphView(G(*nodes))
+    assert _Sizes(view).small("id2999")
+    assert not _Sizes(view).small("ids")  # a batch of ids of unknown size
