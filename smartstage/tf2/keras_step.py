@@ -159,7 +159,9 @@ def _step_function(model, method: str, autograph: bool):
     impl = getattr(type(model), method)
 
     def model_step(data):
-        return impl(ref(), data)
+        # Keras's loop hands the step a fresh structure each batch (next(iterator)), so a step may pop or add
+        # keys (tfrs.Model.compute_loss pops its labels); a copy of the containers keeps that allowed here.
+        return impl(ref(), tf.nest.map_structure(lambda tensor: tensor, data))
 
     model_step.__name__ = f"{type(model).__name__}_{method}"
     return tf.function(model_step, autograph=autograph)
