@@ -73,3 +73,14 @@ class SplitError(SmartStageError, ValueError):
     """A TF2 training step or Keras model cannot be split as given (smartstage.tf2): nothing to move, an element
     spec that does not fit the step, a step that reads Python state, a model that is not functional, ...
     The message names the cause and the fix; nothing was changed (the user's step, model and dataset are as given)."""
+
+
+class NothingToMoveError(SplitError):
+    """Nothing of a TF2 step or Keras model is worth moving to the dataset (smartstage.passes.cut_cost).
+
+    `split()` raises it (an extra map would only cost); `ss.tf2.fit` catches it and trains with the model's own
+    `model.fit`, saying why in the log and in `history.smartstage`. `reason` is that why, without the advice."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason or message

@@ -7,8 +7,9 @@ whether what is left is worth moving at all (analysis only; one rule for v1 stag
              one boundary tensor fewer, two cheap ops more on the main side
 
 Every boundary tensor costs per element: the buffer or the dataset carries it, the step takes it as an
-argument. Shape arithmetic (Shape, Size, StridedSlice of shapes, BroadcastGradientArgs ...) and ops that only
-relabel a buffer (Reshape, ExpandDims, Identity) cost less on the main side than their outputs cost to carry.
+argument. Shape arithmetic (Shape, Size, StridedSlice of shapes, BroadcastGradientArgs ...), ops that only
+relabel a buffer (Reshape, ExpandDims, Identity) and fills of a small value to a shape (BroadcastTo, Fill,
+ZerosLike: default sample weights, masks) cost less on the main side than their outputs cost to carry.
 Which of them stay is a minimum cut: each recomputable moved node either stays moved, or is recomputed on the
 main side, where it needs its inputs; the cut minimises (carried tensors' cost + recomputed ops' cost). A node
 is recomputed only when every reader of it is on the main side, so nothing runs on both sides and every node
@@ -57,7 +58,12 @@ SHAPE_ARITHMETIC_OPS = frozenset({
     "Min", "Range", "GatherV2", "DynamicStitch", "Tile", "Neg", "Equal", "NotEqual", "Less", "Greater",
     "LogicalAnd", "SelectV2", "Select",
 })
-CHEAP_OPS = METADATA_OPS | SHAPE_ARITHMETIC_OPS
+# Ops that materialise a tensor from a shape and a small value (default sample weights, masks of ones): as cheap
+# to run again on the main side as to fill a buffer, and never worth carrying. Their value input must be small;
+# the shape input (or, for ZerosLike/OnesLike, the tensor whose shape they take) is read anyway or recomputed.
+FILL_OPS = frozenset({"Fill", "BroadcastTo", "ZerosLike", "OnesLike"})
+_FILL_VALUE_INPUTS = {"Fill": (1,), "BroadcastTo": (0,), "ZerosLike": (), "OnesLike": ()}
+CHEAP_OPS = METADATA_OPS | SHAPE_ARITHMETIC_OPS | FILL_OPS
 # Ops whose output size is not bounded by their inputs' (Fill(dims) is as large as dims says).
 _SIZE_FROM_VALUES = frozenset({"Fill", "Range", "Tile"})
 _SHAPE_SOURCES = frozenset({"Shape", "ShapeN", "Size", "Rank", "BroadcastGradientArgs", "BroadcastArgs"})
@@ -179,13 +185,19 @@ def recomputable(view: GraphView, name: str, sizes: _Sizes | None = None) -> boo
     """Whether `name` is cheap enough to run again on the main side: a metadata op, or shape arithmetic on
     small tensors.
 
-        before:  Shape(ids), StridedSlice(Shape(ids)), Reshape(ids, [-1]), StringToHashBucketFast(words)
-        after:   True, True, True, False
+        before:  Shape(ids), StridedSlice(Shape(ids)), Reshape(ids, [-1]), BroadcastTo(1.0, Shape(ids)),
+                 StringToHashBucketFast(words)
+        after:   True, True, True, True, False
     """
     op = view.op(name)
     if op in METADATA_OPS:
         return True
-    return op in SHAPE_ARITHMETIC_OPS and (sizes or _Sizes(view)).small(name)
+    sizes = sizes or _Sizes(view)
+    if op in FILL_OPS:
+        inputs = view.data_inputs(name)
+        return all(i < len(inputs) and inputs[i].node in view and sizes.small(inputs[i].node)
+                   for i in _FILL_VALUE_INPUTS[op])
+    return op in SHAPE_ARITHMETIC_OPS and sizes.small(name)
 
 
 def plan_cut(view: GraphView, moved: Iterable[str], take: str, *, fixed: Iterable[str] = (),
@@ -307,5 +319,5 @@ def _reason(view: GraphView, name: str) -> str:
             f"output" + (f", from {', '.join(reads[:3])}{' ...' if len(reads) > 3 else ''}" if reads else ""))
 
 
-__all__ = ["CARRY_PER_KB", "CARRY_TENSOR", "CHEAP_OPS", "CutPlan", "METADATA_OPS", "RECOMPUTE_OP",
+__all__ = ["CARRY_PER_KB", "CARRY_TENSOR", "CHEAP_OPS", "CutPlan", "FILL_OPS", "METADATA_OPS", "RECOMPUTE_OP",
            "SHAPE_ARITHMETIC_OPS", "plan_cut", "recomputable"]

@@ -25,7 +25,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from smartstage.errors import SplitError
+from smartstage.errors import NothingToMoveError, SplitError
 from smartstage.tf2.keras_split import KerasSplit, compile_like, graph_model, split_model
 from smartstage.tf2.keras_step import (TEST_STEP, TRAIN_STEP, ModelStepSplit, is_compiled, keras_family, model_key,
                                        replaced_steps, split_model_step)
@@ -47,6 +47,16 @@ _DATA_ARGUMENTS = {
 # so the id names no other model while the entry lives, and only the last LAYER_SPLITS_KEPT models are kept.
 LAYER_SPLITS_KEPT = 8
 _LAYER_SPLITS: "OrderedDict[int, tuple[tuple, KerasSplit, Any]]" = OrderedDict()
+
+
+@dataclass(frozen=True)
+class NotSplit:
+    """What `ss.tf2.fit` did when nothing of the model is worth moving: trained it with `model.fit` as it is."""
+
+    reason: str
+
+    def summary(self) -> str:
+        return f"not split: {self.reason}; trained with model.fit as it is"
 
 
 @dataclass(frozen=True)
@@ -197,9 +207,7 @@ def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata
     if validation_data is not None:
         try:
             test = split_model_step(model, TEST_STEP, validation_data, deterministic=deterministic)
-        except SplitError as e:
-            if "can move" not in str(e):
-                raise
+        except NothingToMoveError:
             logger.info("fit(%s): nothing of the test step can move; validation runs as model.evaluate", model.name)
     logger.info("fit(%s): step route, %d op(s) of the train step moved", model.name, len(train.split.moved))
     splits = {TRAIN_STEP: train} if test is None else {TRAIN_STEP: train, TEST_STEP: test}
@@ -237,13 +245,22 @@ def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | N
         from smartstage.tf2.service import check_address
 
         tfdata_service = check_address(tfdata_service)
-    halves = split or _layer_split(model, dataset, deterministic)
-    if halves is not None:
-        if split is not None:
-            compile_like(halves.trainer, model)
-        logger.info("fit(%s): layer route, %d layer call(s) moved", model.name, len(halves.moved_layers))
-        return _fit_layers(model, halves, dataset, validation_data, callbacks, tfdata_service, fit_kwargs)
-    return _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata_service, fit_kwargs)
+    try:
+        halves = split or _layer_split(model, dataset, deterministic)
+        if halves is None:
+            return _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata_service,
+                              dict(fit_kwargs))
+    except NothingToMoveError as e:
+        # Splitting would only add a map: the model trains exactly as model.fit trains it, and says why.
+        reason = e.reason
+        logger.warning("fit(%s): not split (%s); training with model.fit as it is", model.name, reason)
+        history = model.fit(dataset, validation_data=validation_data, callbacks=callbacks, **fit_kwargs)
+        history.smartstage = NotSplit(reason)
+        return history
+    if split is not None:
+        compile_like(halves.trainer, model)
+    logger.info("fit(%s): layer route, %d layer call(s) moved", model.name, len(halves.moved_layers))
+    return _fit_layers(model, halves, dataset, validation_data, callbacks, tfdata_service, fit_kwargs)
 
 
-__all__ = ["StepFit", "compile_like", "fit"]
+__all__ = ["NotSplit", "StepFit", "compile_like", "fit"]

@@ -23,7 +23,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from smartstage.errors import SplitError
+from smartstage.errors import NothingToMoveError, SplitError
 from smartstage.tf2.analysis import analyse
 from smartstage.tf2.state import static_tables
 from smartstage.tf2.trace import trace_step
@@ -218,9 +218,10 @@ def split_model(model, *, deterministic: bool = True) -> KerasSplit:
     cut = list({id(t): t for node in kept_nodes for t in node.input_tensors if id(t) in available}.values())
     if not any(v.moved for v in verdicts) or not cut:
         kept = next((v for v in verdicts if not v.moved), None)
-        raise SplitError(f"fit(): nothing in model {model.name!r} can move to the dataset"
+        raise NothingToMoveError(f"fit(): nothing in model {model.name!r} can move to the dataset"
                          + (f" (e.g. layer {kept.layer!r}: {kept.reason})" if kept else "")
-                         + "; train it with model.fit as it is, on a dataset with .prefetch(tf.data.AUTOTUNE)")
+                         + "; train it with model.fit as it is, on a dataset with .prefetch(tf.data.AUTOTUNE)",
+                                 reason=f"layer {kept.layer!r}: {kept.reason}" if kept else "no layer can move")
     preprocessing = keras.Model(functional.input, cut, name=f"{model.name}_preprocessing")
     trainer = keras.Model(cut, functional.output, name=f"{model.name}_trainer")
     return KerasSplit(model=model, preprocessing=preprocessing, trainer=trainer, verdicts=tuple(verdicts),

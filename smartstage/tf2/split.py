@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from smartstage.errors import SplitError
+from smartstage.errors import NothingToMoveError, SplitError
 from smartstage.tf2.analysis import STAGE, Analysis, analyse
 from smartstage.tf2.functions import main_function, prefetch_function
 from smartstage.tf2.state import static_tables, step_roots
@@ -137,9 +137,10 @@ def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, 
     analysis = analyse(traced, tables, read_only)
     partition = analysis.partition
     if not partition.changes_graph:
-        raise SplitError(f"split(): nothing in {getattr(step, '__name__', 'the step')!r} can move to the input "
-                         f"pipeline ({partition.skipped or 'no op depends on the batch alone'}); the step and "
-                         "dataset are fine as they are: iterate the dataset with .prefetch(tf.data.AUTOTUNE)")
+        why = partition.skipped or "no op depends on the batch alone"
+        raise NothingToMoveError(f"split(): nothing in {getattr(step, '__name__', 'the step')!r} can move to the "
+                                 f"input pipeline ({why}); the step and dataset are fine as they are: iterate the "
+                                 "dataset with .prefetch(tf.data.AUTOTUNE)", reason=why)
     graph = traced.concrete.graph
     shapes = {t: graph.get_tensor_by_name(t).shape.as_proto() for t in partition.boundary_after}
     sides = cut(traced.graph_def, partition.moved, traced.inputs, tuple(partition.boundary_after), shapes)

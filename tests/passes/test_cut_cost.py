@@ -191,3 +191,28 @@ def test_a_long_chain_of_shape_arithmetic_is_judged_without_recursion():
     view = GraphView(G(*nodes))
     assert _Sizes(view).small("id2999")
     assert not _Sizes(view).small("ids")  # a batch of ids of unknown size
+
+
+def default_weights_of_a_batch():
+    #   take -> dense(StringToNumber) --------------------------> pred(w) -> loss
+    #              \-> shape -> ones(BroadcastTo(1.0, shape)) -/            (loss = Sum(pred * ones))
+    #   dense:0 crosses anyway; ones is a batch-sized fill of a scalar: recomputed from shape on the main side
+    return G(reader("r"), *fifo_stage(["r"]), N("dense", "StringToNumber", ["stage/take"], out_type=F32),
+             N("shape", "Shape", ["dense"], T=F32, out_type=I32), N("one", "Const", dtype=F32, value=1.0),
+             N("ones", "BroadcastTo", ["one", "shape"], T=F32, Tidx=I32), *variable("w"),
+             N("pred", "Mul", ["dense", "w/read"], T=F32), N("weighted", "Mul", ["pred", "ones"], T=F32),
+             N("axis", "Const", dtype=I32, value=0), N("loss", "Sum", ["weighted", "axis"], T=F32, Tidx=I32))
+
+
+def test_a_fill_of_a_scalar_to_the_batch_shape_is_recomputed():
+    p = partition(default_weights_of_a_batch())
+    assert p.moved == ("dense",)
+    assert set(p.recomputed) == {"shape", "ones"}
+    assert p.boundary_after == ("dense:0",)  # before the rule: ("dense:0", "ones:0")
+
+
+def test_a_fill_of_a_batch_sized_value_is_not_recomputable():
+    g = default_weights_of_a_batch()
+    ones = next(n for n in g.node if n.name == "ones")
+    ones.input[0] = "dense"  # BroadcastTo(dense, shape): the value is the batch itself
+    assert recomputable(GraphView(g), "ones") is False

@@ -7,6 +7,8 @@ the user's step, model and dataset are as they were.
 
 from __future__ import annotations
 
+import logging
+
 import keras
 import numpy as np
 import pytest
@@ -86,15 +88,39 @@ def test_a_model_that_is_not_compiled():
         sst.fit(model, keras_dataset(), epochs=1, verbose=0)
 
 
-def test_a_keras_model_with_nothing_to_move():
-    inputs = keras.Input((3,))
-    model = keras.Model(inputs, keras.layers.Dense(1)(keras.layers.Dense(2)(inputs)))
+def _dense_only(subclassed: bool):
+    keras.utils.set_random_seed(3)
+    if subclassed:
+        class DenseOnly(keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.hidden, self.out = keras.layers.Dense(2), keras.layers.Dense(1)
+
+            def call(self, x):
+                return self.out(self.hidden(x))
+
+        model = DenseOnly()
+        model(np.ones((1, 3), "float32"))
+    else:
+        inputs = keras.Input((3,))
+        model = keras.Model(inputs, keras.layers.Dense(1)(keras.layers.Dense(2)(inputs)))
     model.compile("sgd", "mse")
-    ds = tf.data.Dataset.from_tensor_slices((np.ones((4, 3), "float32"), np.ones((4, 1), "float32"))).batch(2)
-    weights = [w.copy() for w in model.get_weights()]
-    with pytest.raises(SplitError, match=r"nothing in model .* can move .*trainable weights"):
-        sst.fit(model, ds, epochs=1, verbose=0)
-    assert all(np.array_equal(a, b) for a, b in zip(weights, model.get_weights()))  # nothing trained
+    return model
+
+
+@pytest.mark.parametrize("subclassed", [False, True], ids=["layers", "steps"])
+def test_a_keras_model_with_nothing_to_move_trains_as_model_fit(subclassed, caplog):
+    rows = np.arange(12, dtype="float32").reshape(4, 3) / 10
+    ds = tf.data.Dataset.from_tensor_slices((rows, np.ones((4, 1), "float32"))).batch(2)
+    reference, model = _dense_only(subclassed), _dense_only(subclassed)
+    expected = reference.fit(ds, epochs=2, verbose=0)
+    with caplog.at_level(logging.WARNING, logger="smartstage.tf2.keras_fit"):
+        history = sst.fit(model, ds, epochs=2, verbose=0)
+    assert history.history == expected.history
+    assert all(np.array_equal(a, b) for a, b in zip(reference.get_weights(), model.get_weights()))
+    assert type(history.smartstage).__name__ == "NotSplit"
+    assert "not split" in caplog.text and history.smartstage.reason in caplog.text
+    assert "model.fit" in history.smartstage.summary()
 
 
 def test_arrays_instead_of_a_dataset():
