@@ -10,7 +10,12 @@ Works for ANY two graphs: the stages of each are found with find_stages and ever
 side (or another stage's prefetch side) in the other. With the OptimizeResult that produced `after`,
 the diff also lists every pinned node with its reason and the chain from the pinning cause.
 
-Order is deterministic: nodes in the order of the after graph (removed ones: of the before graph),
+A stage folded into its dataset (smartstage.passes.fold_dataset) has no buffer in the after graph: its nodes that
+the fold put into the dataset's map function count as on its prefetch side, and the step's read of the iterator
+is its boundary (`StageDiff.folded_into`).
+
+Order is deterministic: nodes in the order of the after graph (removed ones and those moved into a dataset's
+map: of the before graph),
 attributes by key, stages by where their take sits.
 
 The JSON form (`to_dict()`, `from_dict()`), schema "smartstage.graph_diff", version SCHEMA_VERSION, is
@@ -28,6 +33,7 @@ from tensorflow.core.framework import graph_pb2
 
 from smartstage.errors import GraphError
 from smartstage.graph.names import CONTROL_PORT, input_string
+from smartstage.graph.stage_names import FOLDED_READ, folded_stage_of
 from smartstage.graph.view import GraphView
 from smartstage.graph.load import load_graph, stage_defs_of
 from smartstage.inspection.chains import input_path
@@ -125,6 +131,7 @@ class StageDiff:
     prefetch_nodes_after: int = 0
     control_reroutes: tuple[tuple[str, str], ...] = ()
     skipped: str = ""  # the optimizer's reason for leaving the stage as it was ("" when unknown or applied)
+    folded_into: str = ""  # the iterator read the step takes instead, when the stage was folded into its dataset
 
 
 @dataclass(frozen=True)
@@ -303,10 +310,16 @@ def graph_diff(before, after, result=None) -> GraphDiff:
             b = node.attr[key] if key in node.attr else None
             if a != b:
                 attr_changes.append(AttrChange(node.name, key, attr_text(a), attr_text(b)))
-    removed = [NodeRef(n.name, n.op, n.device) for n in old.graph_def.node if n.name not in new_view]
+    folded = _folded_stages(old_sides, new_view)
+    in_maps = _in_dataset_maps(old, new, old_sides, folded, result)
+    removed = [NodeRef(n.name, n.op, n.device) for n in old.graph_def.node
+               if n.name not in new_view and n.name not in in_maps]
 
-    moved = _moved(new_view, old_sides, new_sides)
-    stages = _stage_diffs(old_view, new_view, old_sides, new_sides, result)
+    moved = _moved(new_view, old_sides, new_sides, folded) + [
+        MovedNode(name, old_view.op(name), stage, "prefetch", old_sides.side.get(name, MAIN), PREFETCH_PREFIX + stage)
+        for name, stage in in_maps.items()
+        if _is_side(old_sides.side.get(name, FREE)) and old_sides.side[name] != PREFETCH_PREFIX + stage]
+    stages = _stage_diffs(old_view, new_view, old_sides, new_sides, result, folded, in_maps)
     pinned = _pinned(old_view, result) if result is not None else []
     notes = tuple(dict.fromkeys(old_sides.notes + new_sides.notes))
     return GraphDiff(
@@ -325,7 +338,38 @@ def _inputs(view: GraphView, name: str) -> tuple[str, ...]:
     return tuple(data + control)
 
 
-def _moved(new_view: GraphView, old: GraphSides, new: GraphSides) -> list[MovedNode]:
+def _folded_stages(old: GraphSides, new_view: GraphView) -> dict[str, str]:
+    """Stages of the before graph folded into their datasets in the after graph: stage -> the read the step takes."""
+    reads = {folded_stage_of(name): name for name in new_view.names() if new_view.op(name) == FOLDED_READ}
+    return {s.name: reads[s.name] for s in old.stages if s.name in reads and s.take not in new_view}
+
+
+def _in_dataset_maps(old, new, old_sides: GraphSides, folded: Mapping[str, str], result) -> dict[str, str]:
+    """Nodes of the before graph that a fold put into a dataset's map function (imported there as
+    `body/<name>`), each with its stage: the folded stage whose prefetch nodes share its function, else the
+    optimizer's partition that moved it, else the only folded stage."""
+    if not folded:
+        return {}
+    known = {f.signature.name for f in old.graph_def.library.function}
+    gone = {n.name for n in old.graph_def.node} - {n.name for n in new.graph_def.node}
+    partition_of = {name: p.stage.name for p in (result.partitions if result is not None else ())
+                    for name in p.moved}
+    found: dict[str, str] = {}
+    for function in new.graph_def.library.function:
+        if function.signature.name in known:
+            continue
+        names = [n.name[len("body/"):] for n in function.node_def if n.name.startswith("body/")]
+        names = [n for n in names if n in gone]
+        sides = {stage_of_side(old_sides.side.get(n, MAIN)) for n in names} & set(folded)
+        for name in names:
+            stage = (next(iter(sides)) if len(sides) == 1 else partition_of.get(name)
+                     or (next(iter(folded)) if len(folded) == 1 else ""))
+            if stage:
+                found[name] = stage
+    return {n.name: found[n.name] for n in old.graph_def.node if n.name in found}  # in the before graph's order
+
+
+def _moved(new_view: GraphView, old: GraphSides, new: GraphSides, folded: Mapping[str, str]) -> list[MovedNode]:
     moved = []
     for name in new_view.names():
         if name not in old.side:
@@ -333,6 +377,8 @@ def _moved(new_view: GraphView, old: GraphSides, new: GraphSides) -> list[MovedN
         a, b = old.side[name], new.side[name]
         if a == b or a == FREE or b == FREE or not _is_side(a) or not _is_side(b):
             continue
+        if stage_of_side(a) in folded and b == MAIN:
+            continue  # the folded stage's iterator: the step reads it directly now, nothing moved
         op = new_view.op(name)
         if a.startswith(PREFETCH_PREFIX):  # left a prefetch side (to main, or to another stage's)
             moved.append(MovedNode(name, op, stage_of_side(a), "main", a, b))
@@ -345,7 +391,8 @@ def _is_side(side: str) -> bool:
     return side == MAIN or side.startswith(PREFETCH_PREFIX)
 
 
-def _stage_diffs(old_view, new_view, old: GraphSides, new: GraphSides, result) -> list[StageDiff]:
+def _stage_diffs(old_view, new_view, old: GraphSides, new: GraphSides, result, folded: Mapping[str, str],
+                 in_maps: Mapping[str, str]) -> list[StageDiff]:
     partitions = {p.stage.name: p for p in result.partitions} if result is not None else {}
     pairs: list[tuple[Any, Any]] = []
     unmatched_old = list(old.stages)
@@ -361,16 +408,24 @@ def _stage_diffs(old_view, new_view, old: GraphSides, new: GraphSides, result) -
     for a, b in pairs:
         ref = b or a
         p = partitions.get(ref.name) or (partitions.get(a.name) if a is not None else None)
+        read = folded.get(ref.name, "") if b is None else ""
         diffs.append(StageDiff(
             name=ref.name, kind=ref.kind, put=ref.put, take=ref.take, buffer=ref.buffer,
             in_before=a is not None, in_after=b is not None,
-            boundary_before=_boundary(old_view, a), boundary_after=_boundary(new_view, b),
+            boundary_before=_boundary(old_view, a),
+            boundary_after=_read_outputs(new_view, read) if read else _boundary(new_view, b),
             prefetch_nodes_before=len(old.prefetch_nodes(a.name)) if a is not None else 0,
-            prefetch_nodes_after=len(new.prefetch_nodes(b.name)) if b is not None else 0,
+            prefetch_nodes_after=(sum(s == ref.name for s in in_maps.values()) if read else
+                                  len(new.prefetch_nodes(b.name)) if b is not None else 0),
             control_reroutes=tuple(p.control_reroutes) if p is not None else (),
-            skipped=p.skipped if p is not None else "",
+            skipped=p.skipped if p is not None else "", folded_into=read,
         ))
     return diffs
+
+
+def _read_outputs(view: GraphView, read: str) -> tuple[str, ...]:
+    count = len(view.node(read).attr["output_types"].list.type)
+    return tuple(input_string(read, port) for port in range(count))
 
 
 def _boundary(view: GraphView, stage) -> tuple[str, ...]:

@@ -60,7 +60,9 @@ def text_report(diff: GraphDiff, limit: int | None = 40, pinned_limit: int | Non
 
 def _stage_lines(diff: GraphDiff, stage: StageDiff, limit: int | None, pinned_limit: int | None) -> list[str]:
     where = ("" if stage.in_before and stage.in_after else
-             " [only in the after graph]" if stage.in_after else " [only in the before graph]")
+             " [only in the after graph]" if stage.in_after else
+             f" [folded into its dataset: the step reads {stage.folded_into!r}]" if stage.folded_into else
+             " [only in the before graph]")
     lines = [f"stage {stage.name!r} ({stage.kind}; put {stage.put!r}, take {stage.take!r}){where}"]
     lines.append(f"  prefetch side: {stage.prefetch_nodes_before} -> {stage.prefetch_nodes_after} node(s); "
                   f"boundary: {len(stage.boundary_before)} -> {len(stage.boundary_after)} tensor(s)")
