@@ -15,6 +15,7 @@ from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
 from smartstage.config.options import SmartStageOptions
+from smartstage.graph.stage_names import DATASET_FOLD_SCOPE, FOLDED_READ
 from smartstage.passes.manager import PassReport
 
 MAX_LISTED = 12
@@ -99,17 +100,21 @@ class OptimizeResult:
         carries it ("hash:0" -> "stage/take:1"). A session maps fetches through this, so a fetch of a moved
         tensor returns the value of the batch being trained on. An output of the old take (what staged()
         returned) that still crosses maps to the new take output carrying it ("stage/take:0" -> "stage/take:2");
-        name it in `targets` to keep it crossing."""
+        name it in `targets` to keep it crossing. A stage folded into its dataset has no take: its tensors map to
+        the iterator read that yields them, in the same order ("hash:0" -> "stage/dataset_fold/IteratorGetNext:1")."""
+        names = {node.name for node in self.graph_def.node}
         mapping = {}
         for p in self.partitions:
-            if not p.changes_graph:
+            folded = f"{p.stage.name}/{DATASET_FOLD_SCOPE}/{FOLDED_READ}"
+            reader = folded if folded in names and p.stage.take not in names else p.stage.take
+            if not p.changes_graph and reader == p.stage.take:
                 continue
             slot = {tensor: j for j, tensor in enumerate(p.boundary_after)}
             for tensor, j in slot.items():
-                mapping[tensor] = f"{p.stage.take}:{j}"
+                mapping[tensor] = f"{reader}:{j}"
             for k, carried in enumerate(p.take_ports):  # what staged() returned: the old take's outputs
                 if carried in slot:
-                    mapping[f"{p.stage.take}:{k}"] = f"{p.stage.take}:{slot[carried]}"
+                    mapping[f"{p.stage.take}:{k}"] = f"{reader}:{slot[carried]}"
         return mapping
 
     def summary(self) -> str:
