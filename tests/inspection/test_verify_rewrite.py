@@ -8,7 +8,6 @@ from tensorflow.core.protobuf import meta_graph_pb2
 import smartstage as ss
 from smartstage.errors import TargetError
 from smartstage.inspection.verify_rewrite import default_fetches, verify_rewrite
-from tests.builder import node
 from tests.inspection.graphs import demo_example
 
 STEPS = 4
