@@ -87,6 +87,10 @@ class SmartStageOptions:
     input_lanes_per_task: int = 1
     input_timeout_millis: int = 60000   # a prefetch run on an input task fails after this long
     tfdata_service: str | None = None   # input_mode="tfdata_service": the dispatcher, "grpc://host:port"
+    # Whether the sessions that run the optimized graph rewrite it with Grappler (the config's
+    # rewrite_options.disable_meta_optimizer off): a body folded into a dataset's map is rewritten the same
+    # way, so the moved ops give the values they give in the step.
+    session_rewrites: bool = True
     # A stage whose prefetch side reads a tf.data iterator: "fold" runs the moved work as the dataset's
     # deterministic map + prefetch (passes/fold_dataset.py; restores exactly, no thread of ours); "lanes"
     # keeps the stage and runs it with the prefetch threads (kept for comparison).
@@ -202,6 +206,8 @@ def options_from_config(config=None, **overrides: Any) -> SmartStageOptions:
     else:
         raise ConfigError(f"config must be a tf.compat.v1.ConfigProto, an ss.ConfigProto or None, "
                           f"not {type(config).__name__}")
+    if isinstance(config, config_pb2.ConfigProto) or is_deeprec_config(config):
+        options = replace(options, session_rewrites=not config.graph_options.rewrite_options.disable_meta_optimizer)
     options = replace(options, **overrides) if overrides else options
     if options.tf_data_stage not in TF_DATA_STAGES:
         raise ConfigError(f"SmartStage parameter 'tf_data_stage' must be one of {list(TF_DATA_STAGES)}, not "

@@ -98,8 +98,13 @@ def verify_rewrite(graph, steps: int = 10, *, fetches: Sequence[str] | None = No
         # What is compared is fetched by the step: a target (an output of a take then keeps crossing the stage).
         fetched = [fetches] if isinstance(fetches, str) else list(fetches or ())
         listed = [targets] if isinstance(targets, str) or hasattr(targets, "graph") else list(targets or ())
-        result = optimize(source, config if config is not None else enable_smart_stage(),
-                          targets=listed + fetched, feeds=feeds)
+        optimize_config = config if config is not None else enable_smart_stage()
+        if not grappler and "config" not in run_kwargs:
+            # Both graphs run as written (replay.as_written_config): the rewrite must not bake Grappler's
+            # rewrites into what it folds into a dataset either.
+            optimize_config = _copy(optimize_config)
+            optimize_config.graph_options.rewrite_options.disable_meta_optimizer = True
+        result = optimize(source, optimize_config, targets=listed + fetched, feeds=feeds)
     names = list(fetches) if fetches else default_fetches(loaded.meta_graph_def)
     if not names:
         raise TargetError("nothing to compare: the graph has no train_op, losses or smartstage_targets collection "

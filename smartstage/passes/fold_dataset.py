@@ -85,7 +85,7 @@ class FoldDataset:
         log = EditLog(view)
         library = {f.signature.name: f for f in graph_def.library.function}
         for fit in chosen:
-            fold_stage(log, view, fit, library)
+            fold_stage(log, view, fit, library, ctx.options.session_rewrites)
             logger.info("stage %r: %d node(s) folded into the dataset of %r", fit.stage, len(fit.body), fit.iterator)
             into = (f"{fit.stage}: folded into the dataset of iterator {fit.iterator!r}: map({len(fit.body)} node(s), "
                     f"num_parallel_calls={_setting(fit.num_parallel_calls)}, deterministic={fit.deterministic}) then "
@@ -137,9 +137,12 @@ def read_name(fit: FoldFit) -> str:
     return f"{fit.stage}/{SCOPE}/IteratorGetNext"
 
 
-def fold_stage(log: EditLog, view: GraphView, fit: FoldFit, library: dict[str, function_pb2.FunctionDef]) -> None:
+def fold_stage(log: EditLog, view: GraphView, fit: FoldFit, library: dict[str, function_pb2.FunctionDef],
+               session_rewrites: bool = True) -> None:
     """Records the fold of one stage: the map and prefetch after each dataset, the iterator's new element
-    types, the new read (rewire_folded then points the main side at it and removes what the fold replaces)."""
+    types, the new read (rewire_folded then points the main side at it and removes what the fold replaces).
+    session_rewrites: the sessions that run the graph rewrite it with Grappler, so the map's body is rewritten
+    the same way (dataset_map.as_a_session_rewrites); False when they run it as written."""
     body = DatasetBody(fit.read, fit.body, fit.outputs, fit.captures, fit.waits)
     device = view.node(fit.read).device
 
@@ -148,13 +151,13 @@ def fold_stage(log: EditLog, view: GraphView, fit: FoldFit, library: dict[str, f
 
     types = shapes = None
     if fit.one_shot:
-        types, shapes = _fold_one_shot(log, view, fit, body, library)
+        types, shapes = _fold_one_shot(log, view, fit, body, library, session_rewrites)
     for k, maker in enumerate(fit.makers):
         scope = f"{fit.stage}/{SCOPE}" + (f"_{k}" if k else "")
         dataset = view.raw_inputs(maker)[0]
         scratch = scratch_dataset_graph(view, body, scope + "/", prefetched, source_tensor=dataset,
                                         num_parallel_calls=fit.num_parallel_calls, deterministic=fit.deterministic,
-                                        rewrite_as_session=True)
+                                        rewrite_as_session=session_rewrites)
         names, _ = copy_scratch(log, scratch, library, scope.replace("/", "_"), view.node(maker).device or device)
         types, shapes = scratch.output_types, scratch.output_shapes
         end = names[parse_tensor_name(scratch.dataset).node]
@@ -201,7 +204,7 @@ def rewire_folded(log: EditLog, view: GraphView, fits: list[FoldFit]) -> None:
 
 
 def _fold_one_shot(log: EditLog, view: GraphView, fit: FoldFit, body: DatasetBody,
-                   library: dict[str, function_pb2.FunctionDef]):
+                   library: dict[str, function_pb2.FunctionDef], session_rewrites: bool):
     """A new dataset_factory for the one-shot iterator: the old factory's dataset, then map and prefetch.
 
         before:  OneShotIterator(dataset_factory=_make_dataset_1a2b)
@@ -212,7 +215,7 @@ def _fold_one_shot(log: EditLog, view: GraphView, fit: FoldFit, body: DatasetBod
     old = view.node(fit.iterator).attr["dataset_factory"].func.name
     scratch = scratch_dataset_graph(view, body, scope, lambda dataset: dataset.prefetch(fit.buffer_size),
                                     num_parallel_calls=fit.num_parallel_calls, deterministic=fit.deterministic,
-                                    factory=old, rewrite_as_session=True)
+                                    factory=old, rewrite_as_session=session_rewrites)
     iterator = next(n for n in scratch.graph_def.node if n.op in ONE_SHOT_ITERATORS)
     _, renamed = copy_scratch(log, scratch, library, scope.rstrip("/").replace("/", "_"), "",
                               skip=frozenset({iterator.name}))
