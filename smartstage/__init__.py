@@ -17,8 +17,10 @@ from smartstage.errors import (
     EagerModeError,
     GraphError,
     NoStageError,
+    NothingToMoveError,
     PassError,
     SmartStageError,
+    SplitError,
     StageRuntimeError,
     TargetError,
     VerificationError,
@@ -47,8 +49,8 @@ _LAZY = {
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = sorted(
-    ["ConfigError", "EagerModeError", "GraphError", "NoStageError", "PassError", "SmartStageError", "StageRuntimeError",
-     "TargetError", "VerificationError", *_MODULE_OF]
+    ["ConfigError", "EagerModeError", "GraphError", "NoStageError", "NothingToMoveError", "PassError",
+     "SmartStageError", "SplitError", "StageRuntimeError", "TargetError", "VerificationError", *_MODULE_OF]
 )
 
 
