@@ -17,7 +17,7 @@ import logging
 from typing import Any
 
 from benchmarks.e2e_tables import fold_lanes_table
-from benchmarks.report import Spread, machine_line, markdown_table, pyplot
+from benchmarks.report import Spread, machine_line, markdown_table
 from benchmarks.runners import ALTERNATIVES, CONFIGS_BY_NAME, DEFAULT_SETTING
 
 logger = logging.getLogger(__name__)
@@ -112,31 +112,6 @@ def accelerator_markdown(result: dict, summaries: list[dict]) -> str:
         "Steps/s:", "", accelerator_table(summaries), "", "SmartStage and auto-stage at the defaults:", "",
         ratios_table(summaries), "", "Folded into the dataset beside the same stage on lanes (fraction of min(bare "
         "step, CPU bound), per repeat):", "", fold_lanes_table(summaries), ""])
-
-
-def accelerator_plot(summaries: list[dict]):
-    """Steps/s against device time per model: each configuration, the bare step and the CPU bound."""
-    plt = pyplot()
-    if plt is None:
-        logger.warning("matplotlib is not installed (pip install -e '.[report]'): no PNG")
-        return None
-    models = sorted({s["workload"].model for s in summaries})
-    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.4), squeeze=False)
-    lines = [("no_stage", "no stage", ":"), ("tfdata_map", "preprocessing in map", "--"),
-             ("tfdata_prefetch", "tf.data prefetch", "--"), ("staged", "hand stage", "-."),
-             ("smart", "SmartStage", "-"), ("auto_stage", "auto-stage", "-")]
-    for ax, model in zip(axes[0], models):
-        chosen = sorted((s for s in summaries if s["workload"].model == model), key=lambda s: s["workload"].device_ms)
-        xs = [s["workload"].device_ms for s in chosen]
-        for name, label, style in lines:
-            ax.plot(xs, [s["accelerator"]["rates"][name].median for s in chosen], style, marker="o", label=label)
-        ax.plot(xs, [s["accelerator"]["bare"].median for s in chosen], color="black", marker="x", label="bare step")
-        ax.set_xlabel("emulated device time per step (ms)")
-        ax.set_ylabel("steps/s (median)")
-        ax.set_title(model)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
 
 
 def summaries_from_json(path: str) -> tuple[dict, list[dict]]:

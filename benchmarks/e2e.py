@@ -46,7 +46,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 
 import smartstage as ss
-from benchmarks.accelerator_tables import accelerator_markdown, accelerator_plot, accelerator_targets
+from benchmarks.accelerator_tables import accelerator_markdown, accelerator_targets
+from benchmarks.plots import accelerator_figure
 from benchmarks.e2e_tables import fold_lanes_rows, plot, report_text, summary_markdown, targets
 from benchmarks.report import (
     DEFAULT_OUT,
@@ -383,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.accelerator:
         stem = "accelerator-gpu" if args.gpu else "accelerator"
         short = accelerator_markdown(result, summaries) if summaries else ""
-        figure = accelerator_plot(summaries) if summaries and not args.gpu else None
+        figure = accelerator_figure(result) if summaries and not args.gpu else None
         text = short + "\n" + report_text(result, summaries)
         paths = write_outputs(args.out, stem, result, figure, publish=args.publish, text=text)
     else:

@@ -30,9 +30,12 @@ ACCELERATOR_LINES: tuple[tuple[str, str, str], ...] = (
     ("no_stage", "no stage", ":"),
     ("tfdata_prefetch", "tf.data prefetch", "--"),
     ("tfdata_map", "preprocessing in the tf.data map", "--"),
-    ("staged", "hand stage", "-."),
+    ("staged", "hand stage (staged(), flag off, lanes)", "-."),
+    ("staged_fold", "hand stage folded (staged(), flag off)", "-."),
     ("smart", "SmartStage (staged() + flag)", "-"),
+    ("smart_lanes", "SmartStage on lanes", ":"),
     ("auto_stage", "SmartStage auto-stage", "-"),
+    ("auto_stage_lanes", "SmartStage auto-stage on lanes", ":"),
 )
 TF2_PROGRAMS: tuple[tuple[str, str], ...] = (
     ("in_model", "preprocessing in the step"),
