@@ -12,7 +12,7 @@ report's "Folded into the dataset, and on lanes" table gives each its steps/s an
 min(bare step, CPU bound), both measured in the same repeat. --publish also writes the dated report
 docs/perf/<e2e|accelerator>-<YYYY-MM-DD>.md.
 
-The accelerator family (issue 25) runs every configuration at its defaults on a model whose compute is a
+The accelerator family runs every configuration at its defaults on a model whose compute is a
 host-idle wait of T ms a step (benchmarks/accelerator.py), beside the bare step (the step fed one cached,
 preprocessed batch) and the CPU bound, and writes benchmarks/out/accelerator-*.{json,md,png}
 (benchmarks/accelerator_tables.py); --publish copies them to docs/perf/accelerator.*.
@@ -24,7 +24,7 @@ own pool), trains every AUTOTUNE stage until its tuner settled (reported), then 
 one block of each in a new shuffled order. A block first drains what the idle session buffered and
 counts only what the pipeline produced (OpenRun.sample). Ratios of the defaults (to their own best
 grid point, the limit, the best alternative, no stage) are taken within each repeat
-(benchmarks/e2e_tables.py), and the targets of issue 13 are computed from them. Writes
+(benchmarks/e2e_tables.py), and the targets (docs/performance.md) are computed from them. Writes
 benchmarks/out/e2e-*.{json,md,png} and e2e-summary-latest.md; --publish copies them to docs/perf/.
 """
 

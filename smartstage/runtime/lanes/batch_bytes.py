@@ -1,14 +1,14 @@
 """A batch's bytes in a handful of ops, whatever the number of tensors the stage carries.
 
-    before:  Size, Const, Mul per tensor (+ StringLength, Cast, Sum, AddV2 per string): 1,742 ops for the
-             537 tensors of the Wide&Deep look-alike's rewritten stage, built into every executor that reads them
+    before:  Size, Const, Mul per tensor (+ StringLength, Cast, Sum, AddV2 per string): ops linear in the
+             number of tensors the stage carries, built into every executor that reads them
     after:   one ShapeN, Pack, Prod, Sum, Mul per (dtype, rank) of the tensors whose shape is not static,
-             one constant for the static ones, 3 ops per string tensor: ~120 ops there
+             one constant for the static ones, 3 ops per string tensor
 
 The bytes feed the tuner's capacity cap only, but the ops sit in the fetch lists of the lanes' body and of the
-one-lane put, so every session builds them (TensorFlow builds executors per session, node by node: on the
-Wide&Deep look-alike the byte count was half the shared body's executor). The number is the same as
-counting tensor by tensor: elements x element size, a string counted as its length + 8.
+one-lane put, so every session builds them (TensorFlow builds executors per session, node by node): their
+count must not grow with the tensors a stage carries. The number is the same as counting tensor by tensor:
+elements x element size, a string counted as its length + 8.
 """
 
 from __future__ import annotations

@@ -7,14 +7,13 @@
 is a copy of hundreds of nodes that takes long enough to stall the merger on the lane's first ticket,
 right inside the window in which the tuner judges the lane. A callable (`CallableOptions`: fetches,
 targets and the RunOptions) builds them when it is made, which a lane's thread does before it takes
-its first ticket, and then skips run()'s fetch/feed handling (about 40 us of CPU a run here). A run
+its first ticket, and then skips run()'s fetch/feed handling (tens of microseconds of CPU a run). A run
 with feeds, or a session that cannot make callables (a MonitoredSession's wrapper, a remote target),
 goes through `sess.run` as before.
 
 Every build stalls the whole session: while TensorFlow (2.21) builds executors for one fetch list, other
 runs of the same session, the training step and existing callables included, wait for nearly all of the
-build (measured: a 17 s build of a 3,000-op chain held up a one-op callable for 15 s; a lane's ~0.3 s
-build on the DLRM-like example was a 0.3 s step). No thread or priority takes a build off the step's
+build, so a build during training is a step that long. No thread or priority takes a build off the step's
 path; only fewer builds do, or builds before the first step.
 """
 
@@ -104,14 +103,12 @@ class ProducerRuns:
 
         keyed: (a shared lane's ticket placeholder, the ticket), fed to this run (runtime/lanes/lanes.py). A
         shared lane's runs go through run(): they carry every batch, under the pool the tuner tries too, and
-        a callable is made per RunOptions, so the pool trial built the lane's head, body and move a second
-        time (on the Wide&Deep port a 1-2 s stall of the whole session inside its first 300 steps, which ran
-        0.75x flag off), while run() builds them once per fetch list whatever the pool (~40 us of CPU a run
-        more than a callable).
+        a callable is made per RunOptions, so the pool trial would build the lane's head, body and move a
+        second time (a stall of the whole session under its executor lock), while run() builds them once per
+        fetch list whatever the pool, at a little more CPU a run than a callable.
 
         rare: a run made now and then (a batch's bytes, every 16th batch) goes through run() for the same
-        reason: a callable always builds new executors, per RunOptions (~0.15-0.9 s of CPU each on a
-        ~2,000-op body, measured on the Wide&Deep port)."""
+        reason: a callable always builds new executors, per RunOptions."""
         made = None if feed or rare or keyed is not None else self.prepare(fetches, options)
         if made is None:
             if keyed is not None:

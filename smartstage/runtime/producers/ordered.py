@@ -151,15 +151,13 @@ class OrderedProducer:
                 self._warming -= 1
 
     def _direct_fetches(self) -> list:
-        """The one-lane put's fetches (lanes of their own, or none; shared lanes never run the put: on the
-        Wide&Deep look-alike with the flag on its executor was a second build of the moved ~2,000-op work,
-        1.1 s of CPU in every session): with lanes, the occupancy and the batch's bytes, every run. A run
-        that fetched the bytes only now and then would be a second fetch list, and every fetch list's
-        executors are built once, stalling the whole session while they are (callables.py): on the
-        Wide&Deep port the first byte-measuring run took 1.7 s, inside the first step. The put runs through
-        run(), not a callable: run()'s executors serve every pool, while a callable is made per RunOptions,
-        so the tuner's pool trial would build the put again (0.3-1.5 s stalls on the ports); a callable
-        would save ~40 us of CPU a batch."""
+        """The one-lane put's fetches (lanes of their own, or none; shared lanes never run the put, whose
+        executor would be a second build of the whole moved work in every session): with lanes, the
+        occupancy and the batch's bytes, every run. A run that fetched the bytes only now and then would be
+        a second fetch list, and every fetch list's executors are built once, stalling the whole session
+        while they are (callables.py). The put runs through run(), not a callable: run()'s executors serve
+        every pool, while a callable is made per RunOptions, so the tuner's pool trial would build the put
+        again inside the first steps."""
         if self.lanes is None:
             return [self.host.put]
         return [self.lanes.put_occupancy, self.lanes.batch_bytes]
