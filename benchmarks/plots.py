@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from benchmarks.report import Spread, pyplot
 
 # The accelerator family's configurations, in the order a reader compares them, with their labels and styles.
 ACCELERATOR_LINES: tuple[tuple[str, str, str], ...] = (
@@ -48,30 +48,15 @@ class PlotError(RuntimeError):
     """A plot cannot be drawn: matplotlib is missing, or the result has none of what the plot needs."""
 
 
-@dataclass(frozen=True)
-class Spread:
-    """Median and range of a few repeats."""
-
-    median: float
-    low: float
-    high: float
-
-
 def _spread(values: list[float]) -> Spread | None:
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return Spread(statistics.median(values), min(values), max(values))
+    spread = Spread.of(values)
+    return spread if spread.n else None
 
 
 def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as error:
-        raise PlotError("matplotlib is not installed: pip install -e '.[report]' to draw plots") from error
+    plt = pyplot()
+    if plt is None:
+        raise PlotError("matplotlib is not installed: pip install -e '.[report]' to draw plots")
     return plt
 
 
