@@ -67,6 +67,8 @@ CHEAP_OPS = METADATA_OPS | SHAPE_ARITHMETIC_OPS | FILL_OPS
 # Ops whose output size is not bounded by their inputs' (Fill(dims) is as large as dims says).
 _SIZE_FROM_VALUES = frozenset({"Fill", "Range", "Tile"})
 _SHAPE_SOURCES = frozenset({"Shape", "ShapeN", "Size", "Rank", "BroadcastGradientArgs", "BroadcastArgs"})
+_QUEUE_PUTS = frozenset({"QueueEnqueueV2", "QueueEnqueue"})
+_QUEUE_TAKES = frozenset({"QueueDequeueV2", "QueueDequeue"})
 
 _DTYPE_BYTES = {types_pb2.DT_FLOAT: 4, types_pb2.DT_DOUBLE: 8, types_pb2.DT_INT32: 4, types_pb2.DT_INT64: 8,
                 types_pb2.DT_BOOL: 1, types_pb2.DT_HALF: 2, types_pb2.DT_BFLOAT16: 2, types_pb2.DT_INT8: 1,
@@ -111,13 +113,36 @@ class _Sizes:
         self.view = view
         self._small: dict[str, bool] = {}
         self._visiting: set[str] = set()
+        # A queue stage's take output k is the put's data input k: judged as that tensor, so a rewrite that
+        # moves a tensor behind the buffer leaves its size (and the rule's verdict on its readers) unchanged.
+        self._put_of: dict[str, str] = {}
+        for name in view.names():
+            if view.op(name) in _QUEUE_PUTS:
+                buffer = view.data_inputs(name)[0].node
+                for reader in view.consumers(buffer):
+                    if view.op(reader) in _QUEUE_TAKES:
+                        self._put_of[reader] = name
+
+    def resolved(self, node: str, port: int):
+        """The tensor whose size `node:port` has: through a queue stage's take to what its put enqueues."""
+        put = self._put_of.get(node)
+        if put is not None:
+            inputs = self.view.data_inputs(put)[1:]
+            if port < len(inputs) and inputs[port].node in self.view:
+                return self.resolved(inputs[port].node, inputs[port].port)
+        return _Tensor(node, port)
+
+    def small_tensor(self, node: str, port: int) -> bool:
+        t = self.resolved(node, port)
+        return self.small(t.node)
 
     def carry(self, node: str, port: int) -> float:
-        count = _elements(self.view, node, port)
+        t = self.resolved(node, port)
+        count = _elements(self.view, t.node, t.port)
         if count is None:
-            kb = 0.0 if self.small(node) else UNKNOWN_KB
+            kb = 0.0 if self.small(t.node) else UNKNOWN_KB
         else:
-            dtype = self.view.dtype_of(_Tensor(node, port))
+            dtype = self.view.dtype_of(t)
             kb = count * _DTYPE_BYTES.get(dtype, 8) / 1024
         return CARRY_TENSOR + CARRY_PER_KB * kb
 
@@ -149,9 +174,9 @@ class _Sizes:
         if all(_elements(view, name, p) is not None for p in range(len(dtypes))):
             return []
         if op in ("Reshape", "ExpandDims", "Squeeze", "Identity", "StopGradient", "Snapshot"):
-            return [t for t in view.data_inputs(name)[:1] if t.node in view]
+            return [self.resolved(t.node, t.port) for t in view.data_inputs(name)[:1] if t.node in view]
         if op in SHAPE_ARITHMETIC_OPS and op not in _SIZE_FROM_VALUES:
-            return [t for t in view.data_inputs(name) if t.node in view]
+            return [self.resolved(t.node, t.port) for t in view.data_inputs(name) if t.node in view]
         return []
 
     def _verdict(self, name: str) -> bool:
@@ -195,7 +220,7 @@ def recomputable(view: GraphView, name: str, sizes: _Sizes | None = None) -> boo
     sizes = sizes or _Sizes(view)
     if op in FILL_OPS:
         inputs = view.data_inputs(name)
-        return all(i < len(inputs) and inputs[i].node in view and sizes.small(inputs[i].node)
+        return all(i < len(inputs) and inputs[i].node in view and sizes.small_tensor(inputs[i].node, inputs[i].port)
                    for i in _FILL_VALUE_INPUTS[op])
     return op in SHAPE_ARITHMETIC_OPS and sizes.small(name)
 

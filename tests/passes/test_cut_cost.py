@@ -13,7 +13,9 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from smartstage.config.options import enable_smart_stage
 from smartstage.graph.stages import find_stages
+from smartstage.optimizer import optimize
 from smartstage.graph.view import GraphView
 from smartstage.passes.cut_cost import _boundary_cost, _Sizes, recomputable
 from smartstage.passes.partition import partition_stages
@@ -216,3 +218,27 @@ def test_a_fill_of_a_batch_sized_value_is_not_recomputable():
     ones = next(n for n in g.node if n.name == "ones")
     ones.input[0] = "dense"  # BroadcastTo(dense, shape): the value is the batch itself
     assert recomputable(GraphView(g), "ones") is False
+
+
+def shape_arithmetic_behind_the_take():
+    #   r0 (100 elements: a batch) -> put ~~ take; c0 (2 elements)
+    #   op1 = c0 + c0 (^take) -> op2 = c0 + op1 -> op11 = take + op2 (target)
+    #                        \-> op9 = take + op1 -> op10 = take + op9 (target); op4 = take + op1 (target)
+    #   op0, op3, op5..op8: take + take (targets, some ^take)
+    # The first run moves op1 and op9 and recomputes op2 (small arithmetic) on the main side from op1:0, which
+    # then crosses; the second run finds op2 reading the take: the take's output is judged as what the put
+    # enqueues (small), so op2 is recomputed again and the graph stays as it is.
+    t, ctl, small = "stage/take:0", "^stage/take", dict(T=I64)
+    ops = {"op0": [t, t, ctl], "op1": ["c0", "c0", ctl], "op2": ["c0", "op1"], "op3": [t, t, ctl],
+           "op4": [t, "op1"], "op5": [t, t, ctl], "op6": [t, t], "op7": [t, t, ctl], "op8": [t, t],
+           "op9": [t, "op1"], "op10": [t, "op9"], "op11": [t, "op2"]}
+    return G(N("r0", "Const", dtype=I64, value=list(range(100))), *fifo_stage(["r0"], dtypes=[I64]),  # a batch
+             N("c0", "Const", dtype=I64, value=[3, 4]), *(N(name, "AddV2", inputs, **small) for name, inputs in ops.items()))
+
+
+def test_the_rule_gives_the_same_cut_when_run_on_its_own_output():
+    targets = ["op0", "op3", "op4", "op5", "op6", "op7", "op8", "op10", "op11"]
+    first = optimize(shape_arithmetic_behind_the_take(), enable_smart_stage(), targets=targets)
+    assert first.partitions[0].moved == ("op1", "op9") and first.partitions[0].recomputed == ("op2",)
+    again = optimize(first.graph_def, enable_smart_stage(), targets=targets)
+    assert again.graph_def == first.graph_def

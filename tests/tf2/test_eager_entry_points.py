@@ -24,7 +24,7 @@ STEPS = 6
 # Public names that are not called: exception types, constants, and result types that entry points return.
 NOT_CALLED = {
     "SmartStageError", "ConfigError", "GraphError", "NoStageError", "PassError", "StageRuntimeError", "TargetError",
-    "VerificationError", "EagerModeError", "AUTOTUNE", "STAGES_COLLECTION", "TARGETS_COLLECTION",
+    "VerificationError", "EagerModeError", "SplitError", "NothingToMoveError", "AUTOTUNE", "STAGES_COLLECTION", "TARGETS_COLLECTION",
     "Comparison", "Explanation", "GraphDiff", "LiveRewrite", "OptimizeResult", "RewriteCheck", "PipelineReport",
     "PrefetchThreads", "SmartMonitoredSession",
 }
