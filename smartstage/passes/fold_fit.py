@@ -69,6 +69,38 @@ class FoldFit:
         return not self.skipped
 
 
+def computed_from_batch(view: GraphView, read: str, body: list[str]) -> set[str]:
+    """`read` and the body nodes (in graph order) computed from it; the others (constants, table handles) do
+    not depend on the batch and may stay in the graph for other readers.
+
+        before:  it -> IteratorGetNext -> sqrt;  const -> add(sqrt, const)
+        after:   {"IteratorGetNext", "sqrt", "add"}
+    """
+    from_batch = {read}
+    for name in body:
+        if any(t.node in from_batch for t in view.inputs(name)):
+            from_batch.add(name)
+    return from_batch
+
+
+def read_elsewhere(view: GraphView, name: str, side: set[str], targets: set[str],
+                   from_batch: set[str]) -> tuple[str, bool]:
+    """Whether a node outside `side` (the body and the put) or a target reads body node `name`: a node computed
+    from the batch then cannot move into a map (the reason); any other node is copied into the map and stays
+    for its other readers (copied=True).
+
+        before:  sqrt(batch) read by loss (main side);  const read by loss
+        after:   ("is read outside the prefetch side (by 'loss')", False);  ("", True)
+    """
+    outside = sorted(c for c in view.consumers(name) if c not in side)
+    if not outside and name not in targets:
+        return "", False
+    if name not in from_batch:
+        return "", True
+    return (f"is read outside the prefetch side (by {outside[0]!r})" if outside else
+            "is a target (fetched by the training step)"), False
+
+
 def fold_fit(view: GraphView, stage: StageBoundary, side: frozenset[str], targets: set[str]) -> FoldFit:
     """Whether `stage` (after expand_stage) folds into its iterator's dataset; `side`: the put's prefetch side.
 
@@ -123,10 +155,7 @@ def fold_fit(view: GraphView, stage: StageBoundary, side: frozenset[str], target
     upstream = view.ancestors([read])
     body = [n for n in view.order() if n in side and n not in upstream and n != read]
     body_set = set(body)
-    from_batch = {read}  # the body nodes computed from the batch; the others (constants, handles) may stay too
-    for name in body:
-        if any(t.node in from_batch for t in view.inputs(name)):
-            from_batch.add(name)
+    from_batch = computed_from_batch(view, read, body)
     captures, kept, inside = [], [], []
     for name in body:
         if name not in from_batch and view.op(name) in READ_ONLY_TABLE_OPS:
@@ -135,13 +164,10 @@ def fold_fit(view: GraphView, stage: StageBoundary, side: frozenset[str], target
         reason = _unmovable(view, name, body_set)
         if not reason and name not in from_batch and _stateful(view.op(name)):
             reason = "is stateful and not computed from the batch (in a map it would run once per element)"
-        outside = sorted(c for c in view.consumers(name) if c not in body_set | {stage.put})
-        if not reason and (outside or name in targets):
-            if name in from_batch:
-                reason = (f"is read outside the prefetch side (by {outside[0]!r})" if outside else
-                          "is a target (fetched by the training step)")
-            else:
-                kept.append(name)  # a copy runs in the map; the original stays for its other readers
+        if not reason:
+            reason, copied = read_elsewhere(view, name, body_set | {stage.put}, targets, from_batch)
+            if copied:
+                kept.append(name)
         if reason:
             return skip(f"node {name!r} ({view.op(name)}) {reason}")
         inside.append(name)
@@ -259,4 +285,5 @@ def _stage_ops(view: GraphView, stage: StageBoundary) -> set[str]:
     return ops
 
 
-__all__ = ["AUTOTUNE", "GPU_REASON", "INITIALIZABLE_ITERATORS", "ONE_SHOT_ITERATORS", "SCOPE", "FoldFit", "fold_fit"]
+__all__ = ["AUTOTUNE", "GPU_REASON", "INITIALIZABLE_ITERATORS", "ONE_SHOT_ITERATORS", "SCOPE", "FoldFit", "computed_from_batch",
+           "fold_fit", "read_elsewhere"]

@@ -40,6 +40,7 @@ from smartstage.graph.op_types import (FEED_OPS, HANDLE_OPS, ITERATOR_READS, QUE
 from smartstage.graph.stages import FIFO, StageBoundary
 from smartstage.graph.view import GraphView
 from smartstage.passes.dataset_map import DatasetBody, ScratchDataset, copy_scratch, scratch_dataset_graph
+from smartstage.passes.fold_fit import computed_from_batch, read_elsewhere
 from smartstage.passes.gpu.prefetch_sides import prefetch_sides
 from smartstage.passes.manager import PassContext, PassResult
 
@@ -99,19 +100,13 @@ def service_fit(view: GraphView, stage: StageBoundary, side: frozenset[str], tar
     upstream = view.ancestors([read])
     body = [n for n in view.order() if n in side and n not in upstream and n != read]
     body_set = set(body)
-    from_batch = {read}  # the body nodes computed from the batch; the others (constants) may stay as well
-    for name in body:
-        if any(t.node in from_batch for t in view.inputs(name)):
-            from_batch.add(name)
+    from_batch = computed_from_batch(view, read, body)
     kept = []
     for name in sorted(body, key=lambda n: view.op(n) in HANDLE_OPS):  # name the lookup, not the table
         reason = _unmovable(view, name)
-        outside = sorted(c for c in view.consumers(name) if c not in body_set | {stage.put})
-        if not reason and (outside or name in targets):
-            if name in from_batch:
-                reason = (f"is read outside the prefetch side (by {outside[0]!r})" if outside else
-                          "is a target (fetched by the training step)")
-            else:
+        if not reason:
+            reason, copied = read_elsewhere(view, name, body_set | {stage.put}, targets, from_batch)
+            if copied:
                 kept.append(name)  # a copy runs in the map; the original stays for its other readers
         if reason:
             return skip(f"node {name!r} ({view.op(name)}) {reason}")
