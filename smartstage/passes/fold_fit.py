@@ -69,6 +69,22 @@ class FoldFit:
         return not self.skipped
 
 
+def single_iterator_read(view: GraphView, side) -> tuple[str, str]:
+    """The one tf.data iterator read of a prefetch side, or "" and why there is not exactly one (another
+    input op, or several reads).
+
+        before:  side = {IteratorGetNext, sqrt}      side = {ReaderReadV2, decode}
+        after:   ("IteratorGetNext", "")             ("", "node 'ReaderReadV2' (ReaderReadV2) is not a tf.data iterator read")
+    """
+    other = sorted(n for n in side if view.op(n) in QUEUE_READS | READER_READS)
+    reads = sorted(n for n in side if view.op(n) in ITERATOR_READS)
+    if other:
+        return "", f"node {other[0]!r} ({view.op(other[0])}) is not a tf.data iterator read"
+    if len(reads) != 1:
+        return "", f"the prefetch side has {len(reads)} iterator reads ({reads}), not one"
+    return reads[0], ""
+
+
 def computed_from_batch(view: GraphView, read: str, body: list[str]) -> set[str]:
     """`read` and the body nodes (in graph order) computed from it; the others (constants, table handles) do
     not depend on the batch and may stay in the graph for other readers.
@@ -124,12 +140,9 @@ def fold_fit(view: GraphView, stage: StageBoundary, side: frozenset[str], target
         return skip(f"the stage closes on error codes {sorted(stage_def.closed_error_codes)} and ignores "
                     f"{sorted(stage_def.ignored_error_codes)}: a dataset ends on OutOfRange only and ignores no "
                     "error type; only the lanes keep that policy")
-    other = sorted(n for n in side if view.op(n) in QUEUE_READS | READER_READS)
-    reads = sorted(n for n in side if view.op(n) in ITERATOR_READS)
-    if other or len(reads) != 1:
-        return skip(f"node {other[0]!r} ({view.op(other[0])}) is not a tf.data iterator read" if other else
-                    f"the prefetch side has {len(reads)} iterator reads ({reads}), not one")
-    read = reads[0]
+    read, why_not = single_iterator_read(view, side)
+    if why_not:
+        return skip(why_not)
     iterator = view.data_inputs(read)[0].node
     kind = view.op(iterator)
     if kind not in INITIALIZABLE_ITERATORS | ONE_SHOT_ITERATORS:
@@ -286,4 +299,4 @@ def _stage_ops(view: GraphView, stage: StageBoundary) -> set[str]:
 
 
 __all__ = ["AUTOTUNE", "GPU_REASON", "INITIALIZABLE_ITERATORS", "ONE_SHOT_ITERATORS", "SCOPE", "FoldFit", "computed_from_batch",
-           "fold_fit", "read_elsewhere"]
+           "fold_fit", "read_elsewhere", "single_iterator_read"]

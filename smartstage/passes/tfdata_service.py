@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from tensorflow.core.framework import function_pb2, graph_pb2, types_pb2
 
 from smartstage.graph.edits import EditLog, apply_to_graph_def
-from smartstage.graph.op_types import (FEED_OPS, HANDLE_OPS, ITERATOR_READS, QUEUE_READS, READER_READS, TABLE_READ_OPS,
+from smartstage.graph.op_types import (FEED_OPS, HANDLE_OPS, ITERATOR_READS, TABLE_READ_OPS,
                                        is_ref_dtype, is_stateful_op)
 from smartstage.graph.stages import FIFO, StageBoundary
 from smartstage.graph.view import GraphView
 from smartstage.passes.dataset_map import DatasetBody, ScratchDataset, copy_scratch, scratch_dataset_graph
-from smartstage.passes.fold_fit import computed_from_batch, read_elsewhere
+from smartstage.passes.fold_fit import computed_from_batch, read_elsewhere, single_iterator_read
 from smartstage.passes.gpu.prefetch_sides import prefetch_sides
 from smartstage.passes.manager import PassContext, PassResult
 
@@ -78,12 +78,9 @@ def service_fit(view: GraphView, stage: StageBoundary, side: frozenset[str], tar
 
     if stage.kind != FIFO:
         return skip(f"a {stage.kind} stage: only FIFO-queue stages are rewritten")
-    other = sorted(n for n in side if view.op(n) in QUEUE_READS | READER_READS)
-    reads = sorted(n for n in side if view.op(n) in ITERATOR_READS)
-    if other or len(reads) != 1:
-        return skip(f"node {other[0]!r} ({view.op(other[0])}) is not a tf.data iterator read" if other else
-                    f"the prefetch side has {len(reads)} iterator reads ({reads}), not one")
-    read = reads[0]
+    read, why_not = single_iterator_read(view, side)
+    if why_not:
+        return skip(why_not)
     iterator = view.data_inputs(read)[0].node
     readers = [c for c in view.consumers(iterator) if view.op(c) in ITERATOR_READS]
     makers = [c for c in view.consumers(iterator) if view.op(c) == "MakeIterator"]
