@@ -302,7 +302,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--gpu", action="store_true", help="with --accelerator: the real model on a real GPU, "
                                                            "SmartStage with do_smart_stage_gpu (no emulated wait)")
     parser.add_argument("--configs", help="comma-separated configurations (default: all; --accelerator: "
-                                          "all but smart_prefetch)")
+                                          "all but smart_prefetch); no_stage and smart always run, the bounds "
+                                          "are measured from them")
     parser.add_argument("--rows", type=int, help="generated rows (default 200000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--models", help="comma-separated: dlrm,wide_deep")
@@ -332,6 +333,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             setattr(args, key, value)
     if args.configs is None:
         args.configs = ",".join(c.name for c in CONFIGS)
+    names = [n for n in args.configs.split(",") if n]
+    unknown = sorted(set(names) - set(CONFIGS_BY_NAME))
+    if unknown:
+        parser.error(f"--configs: unknown configuration(s) {unknown}; known: {', '.join(CONFIGS_BY_NAME)}")
+    # The bounds (the sides alone, the bare step, the limit) are measured from these two in every run.
+    args.configs = ",".join(dict.fromkeys(["no_stage", "smart", *names]))
     if args.accelerator:
         args.variants = "gpu" if args.gpu else "device"
     args.capacities = (4,) if args.mode == "smoke" else tuple(int(c) for c in args.capacities.split(","))
