@@ -56,3 +56,17 @@ def lanes_config(on: bool = False) -> tf.compat.v1.ConfigProto:
     entry.parameter_map["do_smart_stage"].b = on
     entry.parameter_map["tf_data_stage"].s = b"lanes"
     return config
+
+
+class RunCounter:
+    """Counts tf.compat.v1.Session.run calls (every session kind ends there) while the test runs."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        run = tf.compat.v1.Session.run
+
+        def counted(session, *args, **kwargs):
+            self.calls += 1
+            return run(session, *args, **kwargs)
+
+        monkeypatch.setattr(tf.compat.v1.Session, "run", counted)

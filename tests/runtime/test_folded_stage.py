@@ -20,7 +20,7 @@ import tensorflow as tf
 import smartstage as ss
 from smartstage.runtime.hooks.pipeline_hook import dataset_settings, folded_reads
 from smartstage.runtime.stage import saved_inputs
-from tests.runtime.helpers import bounded, lanes_config
+from tests.runtime.helpers import RunCounter, bounded, lanes_config
 
 STEPS = 12
 
@@ -45,20 +45,6 @@ def _smartstage_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("smartstage")]
 
 
-class _RunCounter:
-    """Counts tf.compat.v1.Session.run calls (every session kind ends there)."""
-
-    def __init__(self, monkeypatch):
-        self.calls = 0
-        run = tf.compat.v1.Session.run
-
-        def counted(session, *args, **kwargs):
-            self.calls += 1
-            return run(session, *args, **kwargs)
-
-        monkeypatch.setattr(tf.compat.v1.Session, "run", counted)
-
-
 @pytest.mark.parametrize("on", [False, True])
 def test_a_folded_stage_runs_one_session_run_a_step_and_no_thread_of_ours(graph, monkeypatch, on):
     y, iterator = _staged(capacity=5, num_threads=3)
@@ -66,7 +52,7 @@ def test_a_folded_stage_runs_one_session_run_a_step_and_no_thread_of_ours(graph,
     with ss.MonitoredTrainingSession(hooks=[ss.make_prefetch_hook()], scaffold=scaffold, config=_config(on)) as sess:
         assert ss.stage_defs(graph) == [] and list(folded_reads(graph)) == ["stage"]
         assert dataset_settings(graph, "stage") == (3, 5)     # num_threads -> map, capacity -> prefetch
-        counter = _RunCounter(monkeypatch)
+        counter = RunCounter(monkeypatch)
         got = [int(sess.run(y, options=bounded())) for _ in range(STEPS)]
         assert _smartstage_threads() == []
     assert got == [3 * i for i in range(STEPS)]               # input order

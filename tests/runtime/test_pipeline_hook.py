@@ -16,7 +16,7 @@ import tensorflow as tf
 
 import smartstage as ss
 from smartstage.runtime.hooks.pipeline_hook import INPUT_BOUND_WAIT, classify
-from tests.runtime.helpers import bounded, lanes_config, range_input
+from tests.runtime.helpers import RunCounter, bounded, lanes_config, range_input
 
 SLEEP = 0.03
 
@@ -119,18 +119,6 @@ def _folded_input(n: int, element_seconds: float, parallelism: int, buffer_size:
         return iterator.get_next()
 
 
-class _RunCounter:
-    def __init__(self, monkeypatch):
-        self.calls = 0
-        run = tf.compat.v1.Session.run
-
-        def counted(session, *args, **kwargs):
-            self.calls += 1
-            return run(session, *args, **kwargs)
-
-        monkeypatch.setattr(tf.compat.v1.Session, "run", counted)
-
-
 @pytest.mark.parametrize("input_seconds, step_seconds, verdict", [(SLEEP, 0.0, "input-bound"),
                                                                   (0.0, SLEEP, "training-bound")])
 def test_a_folded_stage_gets_a_verdict_from_the_step_trace_alone(graph, monkeypatch, input_seconds, step_seconds,
@@ -141,7 +129,7 @@ def test_a_folded_stage_gets_a_verdict_from_the_step_trace_alone(graph, monkeypa
     with tf.compat.v1.Session(graph=graph) as sess:
         for _ in range(3):
             sess.run(step, options=bounded())  # tf.data builds its iterator on the first run
-        counter = _RunCounter(monkeypatch)
+        counter = RunCounter(monkeypatch)
         got = [int(hook.run(sess, step, options=bounded())) for _ in range(40)]
     assert got == list(range(3, 43))
     assert counter.calls == 40  # one run a step, sampled steps included: the trace rides on the step's own run
@@ -161,7 +149,7 @@ def test_a_stage_the_session_folded_reads_input_bound_flag_off(graph, monkeypatc
     scaffold = tf.compat.v1.train.Scaffold(local_init_op=iterator.initializer)
     with ss.MonitoredTrainingSession(hooks=[ss.make_prefetch_hook(), hook], scaffold=scaffold) as sess:
         assert ss.stage_defs(graph) == [] and [t for t in threading.enumerate() if "smartstage" in t.name] == []
-        counter = _RunCounter(monkeypatch)
+        counter = RunCounter(monkeypatch)
         got = [int(sess.run(y, options=bounded())) for _ in range(40)]
     assert got == list(range(40))
     assert counter.calls == 40

@@ -32,7 +32,8 @@ class BagModel(keras.Model):
         return self.dense(keras.ops.sum(self.embedding(x["ids"]), 1))
 
 
-def test_a_moved_op_colocated_with_a_variable_read_splits_and_trains():
+def _bag_split():
+    """A compiled BagModel built by one fit step, its dataset of 2 batches, and its train step split."""
     keras.utils.set_random_seed(3)
     model = BagModel()
     model.compile(keras.optimizers.SGD(0.1), "mse")
@@ -40,7 +41,11 @@ def test_a_moved_op_colocated_with_a_variable_read_splits_and_trains():
     ds = tf.data.Dataset.from_tensor_slices(({"ids": rng.integers(0, 10, (16, 3))},
                                              rng.uniform(size=(16, 1)).astype("float32"))).batch(8)
     model.fit(ds.take(1), verbose=0)  # builds the model and the optimizer
-    split = sst.split(tf.function(model.train_step), ds)
+    return model, ds, sst.split(tf.function(model.train_step), ds)
+
+
+def test_a_moved_op_colocated_with_a_variable_read_splits_and_trains():
+    _, _, split = _bag_split()
     colocated = [n.name for n in split.sides.prefetch_graph_def.node if "_class" in n.attr]
     names = {n.name for n in split.sides.prefetch_graph_def.node}
     for node in split.sides.prefetch_graph_def.node:  # no tag names a node the side does not have
@@ -127,14 +132,7 @@ def test_a_dense_step_with_nothing_worth_moving_is_refused_and_says_why():
 
 
 def test_the_keras_gradient_shapes_are_recomputed_in_the_step():
-    keras.utils.set_random_seed(3)
-    model = BagModel()
-    model.compile(keras.optimizers.SGD(0.1), "mse")
-    rng = np.random.default_rng(0)
-    ds = tf.data.Dataset.from_tensor_slices(({"ids": rng.integers(0, 10, (16, 3))},
-                                             rng.uniform(size=(16, 1)).astype("float32"))).batch(8)
-    model.fit(ds.take(1), verbose=0)
-    split = sst.split(tf.function(model.train_step), ds)
+    model, ds, split = _bag_split()
     assert split.analysis.worth_moving and split.analysis.why_not == ""
     recomputed = split.analysis.partition.recomputed
     assert recomputed and all(split.pinned[n].kind == "recompute" for n in recomputed)
