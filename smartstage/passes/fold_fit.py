@@ -16,7 +16,8 @@ from tensorflow.core.framework import types_pb2
 
 from smartstage.config.error_codes import OUT_OF_RANGE
 from smartstage.graph.op_types import (FEED_OPS, ITERATOR_READS, ORDER_FREE_STATEFUL_OPS, QUEUE_READS,
-                                       READ_ONLY_TABLE_OPS, READER_READS, is_ref_dtype, is_stateful_op)
+                                       READ_ONLY_TABLE_OPS, READER_READS, TABLE_READ_OPS, is_ref_dtype,
+                                       is_stateful_op)
 from smartstage.graph.stages import FIFO, StageBoundary
 from smartstage.graph.view import GraphView
 
@@ -175,7 +176,8 @@ def fold_fit(view: GraphView, stage: StageBoundary, side: frozenset[str], target
             captures.append(f"{name}:0")  # the map reads the table by reference; the handle op stays
             continue
         reason = _unmovable(view, name, body_set)
-        if not reason and name not in from_batch and _stateful(view.op(name)):
+        if (not reason and name not in from_batch and _stateful(view.op(name))
+                and not _reads_a_read_only_table(view, name)):
             reason = "is stateful and not computed from the batch (in a map it would run once per element)"
         if not reason:
             reason, copied = read_elsewhere(view, name, body_set | {stage.put}, targets, from_batch)
@@ -211,6 +213,18 @@ def fold_fit(view: GraphView, stage: StageBoundary, side: frozenset[str], target
                    num_parallel_calls=threads if threads > 0 else AUTOTUNE,
                    buffer_size=capacity if capacity > 0 else AUTOTUNE,
                    deterministic=not (stage_def is not None and stage_def.unordered))
+
+
+def _reads_a_read_only_table(view: GraphView, name: str) -> bool:
+    """Whether `name` reads a read-only table (its size, a lookup of constant keys): it gives the same value
+    whenever it runs, so once per element in the map is what once per batch on the lanes gives.
+
+        before:  hash_table -> LookupTableSizeV2     (StaticVocabularyTable.lookup's id space)
+        after:   True
+    """
+    tables = [t for t in view.data_inputs(name) if view.dtype_of(t) == types_pb2.DT_RESOURCE]
+    return view.op(name) in TABLE_READ_OPS and bool(tables) and all(view.op(t.node) in READ_ONLY_TABLE_OPS
+                                                                    for t in tables)
 
 
 def _stateful(op: str) -> bool:

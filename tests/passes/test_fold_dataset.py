@@ -274,6 +274,25 @@ def test_a_check_the_step_waited_on_runs_in_the_map_and_fails_the_element_it_che
                 sess.run("train")
 
 
+def _vocabulary_lookup(f):
+    #   take["id"] -> lookup(table) -> != default -> select(hash_bucket(id) + size(table)) -> cast -> add <- sqrt(x)
+    #   table -> size          (reads the read-only table only: not computed from the batch, the same every run)
+    init = tf.lookup.KeyValueTensorInitializer(["1", "2"], tf.constant([0, 1], tf.int64))
+    table = tf.compat.v1.lookup.StaticVocabularyTable(init, num_oov_buckets=3)
+    return tf.sqrt(f["x"]) + tf.cast(table.lookup(f["id"]), tf.float32)
+
+
+@pytest.mark.parametrize("form", ["initializable", "one_shot"])
+def test_a_read_only_tables_size_folds_with_its_lookup(form):
+    meta = lookup_graph(form, body=_vocabulary_lookup)
+    result = optimized(meta)
+    fit = fold_report(result).details["stage"]
+    ops = {n.name: n.op for n in meta.graph_def.node}
+    assert fit.folds, fit.skipped
+    assert [ops[name] for name in fit.body if ops[name] == "LookupTableSizeV2"] == ["LookupTableSizeV2"]
+    np.testing.assert_array_equal(run_plain(result.meta_graph_def, ROWS // BATCH), run_flag_off(meta, ROWS // BATCH))
+
+
 def test_optimizing_the_folded_graph_again_changes_nothing():
     first = optimized(lookup_graph())
     again = optimized(first.meta_graph_def)
