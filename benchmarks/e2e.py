@@ -147,6 +147,8 @@ class WorkloadRun:
                 except Exception as error:  # noqa: BLE001
                     self._error(f"{config} (settle)", error)
                     continue
+                for reason in self.settle[config].get("not_folded", []):  # timed as lanes, under a folded label
+                    self.errors.append(f"{self.workload.name} {config}: not folded, runs on lanes: {reason}")
                 _progress(f"  {config}: autotune settled={self.settle[config]['settled']} after "
                           f"{self.settle[config]['steps']} steps ({self.settle[config]['seconds']} s): "
                           f"{self.settle[config]['decisions']}")

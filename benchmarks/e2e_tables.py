@@ -146,6 +146,8 @@ def defaults_table(summaries: list[dict]) -> str:
             settled = ("folded: tf.data tunes" if settle.get("folded") else
                        f"{settle['steps']} steps, {settle['seconds']} s ({chose})" if settle.get("settled")
                        else f"not settled ({settle.get('steps', '-')} steps)")
+            if settle.get("not_folded"):
+                settled = f"not folded (lanes): {settled}"
             rows.append([s["workload"].name, s["rows"][name]["label"], t["vs_own_best"].text(2),
                          t["vs_own_best_held_out"].text(2), t["of_limit"].text(2),
                          t["vs_best_alternative"].text(2), t["vs_no_stage"].text(2), settled])
@@ -197,7 +199,10 @@ def fold_lanes_table(summaries: list[dict]) -> str:
     for s in summaries:
         limit = Spread.of(bare_cpu_limit(s))
         for r in s.get("fold_lanes", []):
-            rows.append([s["workload"].name, CONFIGS_BY_NAME[r["folded"]].label, r["folded_rate"].text(1),
+            label = CONFIGS_BY_NAME[r["folded"]].label
+            if s["settle"].get(r["folded"], {}).get("not_folded"):  # fold_dataset kept its lanes: see the notes
+                label += " (not folded: lanes)"
+            rows.append([s["workload"].name, label, r["folded_rate"].text(1),
                          r["folded_of_limit"].text(2), CONFIGS_BY_NAME[r["lanes"]].label, r["lanes_rate"].text(1),
                          r["lanes_of_limit"].text(2), r["folded_vs_lanes"].text(2), limit.text(1)])
     return markdown_table(header, rows)

@@ -330,7 +330,8 @@ class OpenRun:
     def settle(self, max_steps: int, max_seconds: float) -> dict:
         """Trains until every tuned stage settled; what it took and what the tuner chose (a folded stage:
         nothing to settle, tf.data tunes its map and prefetch as it runs)."""
-        if self.runner.config.folds and self.prefetch_threads() is None:
+        not_folded = self.runner.not_folded
+        if self.runner.config.folds and not not_folded:
             return {"steps": 0, "seconds": 0.0, "settled": True, "decisions": [], "folded": True}
         start, steps = time.perf_counter(), 0
         while steps < max_steps and time.perf_counter() - start < max_seconds:
@@ -342,7 +343,8 @@ class OpenRun:
         decisions = self.decisions()
         return {"steps": steps, "seconds": round(time.perf_counter() - start, 2),
                 "settled": bool(decisions) and all(d.settled for d in decisions),
-                "decisions": [(d.num_threads, d.capacity, d.reason) for d in decisions]}
+                "decisions": [(d.num_threads, d.capacity, d.reason) for d in decisions],
+                "not_folded": list(not_folded)}
 
     def sample(self, warmup: int, steps: int) -> Sample:
         global_step = self.runner.model.global_step
@@ -390,6 +392,18 @@ class ConfigRunner:
             sess = ss.Session(graph=self.graph, config=config)
             self.rewrite = sess.smart_stage
             sess.close()
+
+    @property
+    def not_folded(self) -> tuple[str, ...]:
+        """Why stages of a folding configuration kept their buffer and lanes (fold_dataset's reasons); () when
+        every stage folded or the configuration does not fold. Such a stage is tuned and timed as lanes."""
+        if not self.config.folds:
+            return ()
+        result = self.rewrite.result if self.rewrite is not None else None
+        report = next((r for r in result.reports if r.name == "fold_dataset"), None) if result is not None else None
+        if report is None:
+            return ("the session ran no fold_dataset pass",)
+        return tuple(f"{name}: {fit.skipped}" for name, fit in (report.details or {}).items() if fit.skipped)
 
     @property
     def stage_defs(self) -> list:
