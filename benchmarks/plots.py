@@ -40,7 +40,8 @@ ACCELERATOR_LINES: tuple[tuple[str, str, str], ...] = (
 TF2_PROGRAMS: tuple[tuple[str, str], ...] = (
     ("in_model", "preprocessing in the step"),
     ("handwritten", "hand-written dataset.map"),
-    ("smartstage", "ss.tf2.split"),
+    ("smartstage", "ss.tf2.split(measure=True)"),
+    ("split_untimed", "ss.tf2.split(measure=False)"),
 )
 
 

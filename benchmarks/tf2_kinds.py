@@ -1,9 +1,11 @@
 """The TF2 benchmark's Keras model kinds: one CTR-style model built four ways, each run three ways.
 
     kinds:     tf_keras_functional, tf_keras_subclassed, keras3_subclassed, keras3_featurespace
-    programs:  in_model     the model with its preprocessing layers inside, its own train_step on raw batches
-               handwritten  the guides' way: raw.map(preprocessing layers), a second model on the features
-               smartstage   ss.tf2.split(tf.function(model.train_step), raw): the same model, split
+    programs:  in_model       the model with its preprocessing layers inside, its own train_step on raw batches
+               handwritten    the guides' way: raw.map(preprocessing layers), a second model on the features
+               smartstage     ss.tf2.split(tf.function(model.train_step), raw, measure=True): the same model,
+                              split when the timed split runs faster, else its own step on raw (as ss.tf2.fit)
+               split_untimed  the same split with measure=False: split whatever the timing says
 
 Every kind reads the same raw batches as the DLRM-like step (benchmarks/tf2_model.raw_batches: the CSV parsed
 in the dataset), reshaped to Keras's (x, y): 8 categorical columns (4 looked up in their vocabulary files with
@@ -164,10 +166,10 @@ def _subclassed(lib, layers: _Layers):
 
 @dataclass
 class KerasPrograms:
-    """One kind's three programs: (dataset, step) each; step(batch) returns the loss."""
+    """One kind's programs: (dataset, step) each; step(batch) returns the loss; notes: each program's summary."""
 
     programs: dict[str, tuple[tf.data.Dataset, Callable]]
-    notes: str
+    notes: dict[str, str]
 
 
 def _loss_of(step: Callable) -> Callable:
@@ -232,8 +234,8 @@ def _featurespace(keras, options: Tf2Options, sample: tf.data.Dataset):
 
 
 def build_programs(kind: str, files: CriteoFiles, options: Tf2Options) -> KerasPrograms:
-    """The three programs of one kind, each on its own model built from the same seeds."""
-    from smartstage import tf2
+    """The programs of one kind, each on its own model built from the same seeds."""
+    from benchmarks.tf2 import smartstage_programs
 
     raw = keras_batches(files, options)
     sample = raw.take(4)
@@ -245,9 +247,13 @@ def build_programs(kind: str, files: CriteoFiles, options: Tf2Options) -> KerasP
                           deterministic=True).prefetch(tf.data.AUTOTUNE)
     programs["handwritten"] = (handwritten, _loss_of(tf.function(trainer.train_step)))
     model, _, _ = build_model(kind, files, options, sample)
-    split = tf2.split(tf.function(model.train_step), raw, state=[model])
-    programs["smartstage"] = (split.dataset, _loss_of(split.step))
-    return KerasPrograms(programs, split.summary())
+    untimed, _, _ = build_model(kind, files, options, sample)
+    notes = {}
+    for name, step, dataset, note in smartstage_programs(tf.function(model.train_step),
+                                                         tf.function(untimed.train_step), raw, [model, untimed]):
+        programs[name] = (dataset, _loss_of(step))
+        notes[name] = note
+    return KerasPrograms(programs, notes)
 
 
 __all__ = ["KINDS", "KerasPrograms", "build_model", "build_programs", "keras_batches"]

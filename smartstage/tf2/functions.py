@@ -39,10 +39,14 @@ logger = logging.getLogger(__name__)
 IMPORT_SCOPE = "step"
 
 
-def _capture_map(graph_def: graph_pb2.GraphDef, traced: TracedStep) -> dict[str, Any]:
-    """{placeholder tensor: the user's captured tensor} for the captures this side still reads."""
+def _capture_map(graph_def: graph_pb2.GraphDef, traced: TracedStep,
+                 handles: dict[int, Any] | None = None) -> dict[str, Any]:
+    """{placeholder tensor: the user's captured tensor} for the captures this side still reads; `handles`
+    ({id(captured tensor): stand-in}) replaces some, so the function runs on copies (smartstage.tf2.trial)."""
     names = {node.name for node in graph_def.node}
-    return {f"{c.placeholder}:0": c.external for c in traced.captures if c.placeholder in names}
+    handles = handles or {}
+    return {f"{c.placeholder}:0": handles.get(id(c.external), c.external) for c in traced.captures
+            if c.placeholder in names}
 
 
 def without_mapped(graph_def: graph_pb2.GraphDef, mapped) -> graph_pb2.GraphDef:
@@ -179,15 +183,16 @@ def element_specs(sides: Sides, traced: TracedStep, packing: Packing) -> list[tf
 
 
 def main_function(sides: Sides, traced: TracedStep, jit_compile: bool | None,
-                  packing: Packing | None = None) -> Callable:
+                  packing: Packing | None = None, handles: dict[int, Any] | None = None) -> Callable:
     """The main side as a tf.function of one dataset element (the boundary tensors, packed as `packing`
-    says), returning what the step returned.
+    says), returning what the step returned. `handles` ({id(captured tensor): stand-in}) runs it on other
+    resources than the user's (copies of the variables, smartstage.tf2.trial).
 
         before:  loss = train_step(batch)
         after:   loss = main_function(sides, traced, None)(*element)   # same variables, same updates
     """
     packing = packing or Packing(plain=tuple(range(len(sides.boundary))))
-    captures = _capture_map(sides.main_graph_def, traced)
+    captures = _capture_map(sides.main_graph_def, traced, handles)
     view = GraphView(sides.main_graph_def)
     effects = [op for op in traced.control_outputs if op in view]
     outputs = list(traced.outputs)
@@ -210,5 +215,32 @@ def main_function(sides: Sides, traced: TracedStep, jit_compile: bool | None,
                        autograph=False)
 
 
+def whole_step_function(traced: TracedStep, handles: dict[int, Any]) -> Callable:
+    """The traced step, unsplit, as a tf.function of its flat inputs, on the resources `handles` names
+    instead of the user's ({id(captured tensor): stand-in}); the others are the user's, as captured.
+
+        before:  loss = train_step(batch)                                   # on the user's variables
+        after:   loss = whole_step_function(traced, copies)(*flat(batch))  # same ops, on the copies
+    """
+    captures = _capture_map(traced.graph_def, traced, handles)
+    outputs = list(traced.outputs)
+    placeholders = set(traced.inputs) | {c.placeholder for c in traced.captures}
+    effects = [op for op in traced.control_outputs if op not in placeholders]
+    structure = traced.concrete.structured_outputs
+    specs = [tf.TensorSpec(t.shape, t.dtype) for t in traced.concrete.graph.inputs[:len(traced.inputs)]]
+
+    def whole_step(*flat):
+        input_map = {f"{name}:0": value for name, value in zip(traced.inputs, flat)}
+        found = _import(traced.graph_def, input_map, captures, outputs + effects)
+        values = found[:len(outputs)]
+        if effects:
+            with tf.control_dependencies(found[len(outputs):]):
+                values = [tf.identity(v) for v in values]
+        return None if structure is None else tf.nest.pack_sequence_as(structure, values, expand_composites=True)
+
+    whole_step.__name__ = f"{getattr(traced.function, '__name__', 'step')}_whole"
+    return tf.function(whole_step, input_signature=specs, jit_compile=traced.jit_compile, autograph=False)
+
+
 __all__ = ["IMPORT_SCOPE", "Packing", "boundary_specs", "element_specs", "main_function", "pack", "plan_packing",
-           "prefetch_function", "unpack"]
+           "prefetch_function", "unpack", "whole_step_function"]

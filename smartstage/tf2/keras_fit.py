@@ -13,6 +13,10 @@ Two routes, one partition (the op-level one of ss.tf2.split):
 
 Both routes reuse the split of the previous call while the model and the element spec are unchanged. Every
 refusal is a SplitError raised before the model, its compile state or the dataset is touched.
+
+With measure=True (the default) a new split is timed against the model's own step first, on copies of the
+model's state (smartstage.tf2.trial): when the split program runs slower, the model trains with model.fit as
+it is, and `history.smartstage` (a NotSplit) says by how much. The verdict is kept with the split.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import tensorflow as tf
 from smartstage.errors import NothingToMoveError, SplitError
 from smartstage.tf2.keras_split import KerasSplit, compile_like, graph_model, split_model
 from smartstage.tf2.keras_step import (TEST_STEP, TRAIN_STEP, ModelStepSplit, is_compiled, keras_family, model_key,
-                                       replaced_steps, split_model_step)
+                                       replaced_steps, split_model_step, step_function)
+from smartstage.tf2.trial import Verdict, time_split, time_steps
 
 logger = logging.getLogger(__name__)
 
@@ -179,6 +184,30 @@ def _with_class_weight(model, dataset: tf.data.Dataset, class_weight) -> tf.data
     return dataset.map(make_class_weight_map_fn(class_weight))
 
 
+def _check_pays(model, verdict: Verdict) -> None:
+    """NothingToMoveError (fit trains the model as it is) when the timed split ran slower than the model."""
+    if not verdict.pays:
+        raise NothingToMoveError(f"fit(): splitting {model.name!r} does not pay: {verdict.text()}",
+                                 reason=f"measured: {verdict.text()}")
+    logger.info("fit(%s): %s", model.name, verdict.text())
+
+
+def _timed(model, halves, dataset: tf.data.Dataset, measure: bool, tfdata_service: str | None) -> None:
+    """Times a new split against the model's own train step (once per split: the verdict is kept with it);
+    NothingToMoveError when it does not pay. Not timed: measure=False, a tf.data service (the trial would
+    run a job on it) and a distribution strategy (its variables are not copied)."""
+    if not measure or tfdata_service is not None or _strategy(model) is not None:
+        return
+    if TRAIN_STEP not in halves.trials:
+        if isinstance(halves, ModelStepSplit):
+            halves.trials[TRAIN_STEP] = time_split(halves.split, dataset, in_function=True)
+        else:
+            own = step_function(model, TRAIN_STEP, autograph=False)
+            trainer = step_function(halves.trainer, TRAIN_STEP, autograph=False)
+            halves.trials[TRAIN_STEP] = time_steps((trainer, halves.map(dataset)), (own, dataset), [model])
+    _check_pays(model, halves.trials[TRAIN_STEP])
+
+
 def _fit_layers(model, halves: KerasSplit, dataset, validation_data, callbacks, tfdata_service, fit_kwargs):
     wrapped = [_on_user_model(c, model, halves.trainer) for c in (callbacks or ())]
     model.stop_training = False
@@ -190,7 +219,7 @@ def _fit_layers(model, halves: KerasSplit, dataset, validation_data, callbacks, 
     return history
 
 
-def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata_service, fit_kwargs):
+def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata_service, measure, fit_kwargs):
     if _strategy(model) is not None:
         raise SplitError(f"fit(): model {model.name!r} trains under {type(_strategy(model)).__name__}, and SmartStage "
                          "splits a distributed step only at layer level (Keras 3 functional or Sequential models "
@@ -203,6 +232,7 @@ def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata
     if class_weight is not None:
         dataset = _with_class_weight(model, dataset, class_weight)
     train = split_model_step(model, TRAIN_STEP, dataset, deterministic=deterministic)
+    _timed(model, train, dataset, measure, tfdata_service)
     test = None
     if validation_data is not None:
         try:
@@ -221,14 +251,16 @@ def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata
 
 def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | None = None, callbacks=None,
         deterministic: bool = True, split: KerasSplit | None = None, tfdata_service: str | None = None,
-        **fit_kwargs) -> Any:
+        measure: bool = True, **fit_kwargs) -> Any:
     """Trains `model` on `dataset` as model.fit would, with its input preprocessing moved into the dataset.
 
     model: a compiled Keras 3 or tf_keras model of any kind. dataset / validation_data: batched
     tf.data.Datasets of raw features ((x, y) or (x, y, sample_weight)), as model.fit takes them.
     deterministic: batches in input order (False is an explicit opt-out). split: a split_model() result to
     reuse (layer route). tfdata_service: a dispatcher address: the training dataset, preprocessing included,
-    runs on tf.data service workers (validation data stays local). fit_kwargs: the rest of model.fit's
+    runs on tf.data service workers (validation data stays local). measure: time a new split against the
+    model's own step on copies of its state (a few seconds, once per split) and train the model as it is when
+    the split runs slower (smartstage.tf2.trial); False splits whatever it measures. fit_kwargs: the rest of model.fit's
     arguments (epochs, class_weight, steps_per_epoch, ...). Returns the History; `history.smartstage` is
     what was split (its summary() says what moved).
 
@@ -248,10 +280,13 @@ def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | N
     try:
         halves = split or _layer_split(model, dataset, deterministic)
         if halves is None:
-            return _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata_service,
+            return _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata_service, measure,
                               dict(fit_kwargs))
+        if split is None:
+            _timed(model, halves, dataset, measure, tfdata_service)
     except NothingToMoveError as e:
-        # Splitting would only add a map: the model trains exactly as model.fit trains it, and says why.
+        # Splitting would only add a map, or was timed slower: the model trains exactly as model.fit trains it,
+        # and says why.
         reason = e.reason
         logger.warning("fit(%s): not split (%s); training with model.fit as it is", model.name, reason)
         history = model.fit(dataset, validation_data=validation_data, callbacks=callbacks, **fit_kwargs)

@@ -57,6 +57,7 @@ class KerasSplit:
     cut: tuple[str, ...]  # the KerasTensor names the dataset carries, in order
     deterministic: bool = True
     analyses: dict = field(default_factory=dict, repr=False)  # layer name -> Analysis of its call
+    trials: dict = field(default_factory=dict, repr=False, compare=False)  # fit()'s timed Verdict, kept with the split
 
     @property
     def moved_layers(self) -> tuple[str, ...]:

@@ -118,6 +118,7 @@ class ModelStepSplit:
     split: SplitStep
     key: tuple = field(repr=False)
     keep_alive: tuple = field(default=(), repr=False)  # the compile objects the key names by identity
+    trials: dict = field(default_factory=dict, repr=False, compare=False)  # fit()'s timed Verdict, kept with the split
 
     def map(self, dataset: tf.data.Dataset, tfdata_service: str | None = None) -> tf.data.Dataset:
         """`dataset` (raw batches with this split's element spec) mapped by the prefetch side, then prefetched."""
@@ -153,7 +154,7 @@ class ModelStepSplit:
                       split=dataclasses.replace(self.split, dataset=self.map(dataset)))
 
 
-def _step_function(model, method: str, autograph: bool):
+def step_function(model, method: str, autograph: bool):
     """A tf.function of the model class's own step method; it holds the model weakly (the cache holds it)."""
     ref = weakref.ref(model)
     impl = getattr(type(model), method)
@@ -189,7 +190,7 @@ def split_model_step(model, method: str, dataset: tf.data.Dataset, *, determinis
         return cached
     family = keras_family(model)
     # Keras 3 traces its step without autograph (do_not_convert), tf_keras with it: trace as each does.
-    step = _step_function(model, method, autograph=family == "tf_keras")
+    step = step_function(model, method, autograph=family == "tf_keras")
     try:
         halves = split(step, dataset, deterministic=deterministic, state=[model], jit_compile=False)
     except SplitError:
@@ -232,4 +233,4 @@ def replaced_steps(model, splits: dict[str, ModelStepSplit]) -> Iterator[None]:
 
 
 __all__ = ["ModelStepSplit", "TEST_STEP", "TRAIN_STEP", "compile_identity", "is_compiled", "keras_family",
-           "model_key", "replaced_steps", "split_model_step"]
+           "model_key", "replaced_steps", "split_model_step", "step_function"]

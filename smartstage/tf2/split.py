@@ -13,6 +13,7 @@ changed: the step and dataset are as given, and split() raises SplitError before
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -25,6 +26,7 @@ from smartstage.tf2.functions import main_function, prefetch_function
 from smartstage.tf2.state import static_tables, step_roots
 from smartstage.tf2.surgery import Sides, cut
 from smartstage.tf2.trace import TracedStep, trace_step
+from smartstage.tf2.trial import time_split
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +46,7 @@ class SplitStep:
     tfdata_service: str | None = None  # the dispatcher the dataset runs on (smartstage.tf2.service)
     main_function: Any = field(default=None, repr=False)  # the tf.function behind `step`
     prefetch_function: Callable | None = field(default=None, repr=False)  # the map function
+    trial: Any = None  # with split(measure=True): the timed Verdict (smartstage.tf2.trial)
 
     def __iter__(self):
         return iter((self.dataset, self.step))
@@ -86,6 +89,8 @@ class SplitStep:
             from smartstage.tf2.service import service_line
 
             lines.append(service_line(self.tfdata_service))
+        if self.trial is not None:
+            lines.append(f"timed: {self.trial.text()}")
         return "\n".join(lines)
 
     def diff(self):
@@ -113,7 +118,7 @@ def _check_dataset(dataset) -> None:
 
 def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, jit_compile: bool | None = None,
           num_parallel_calls: int = tf.data.AUTOTUNE, state=(), check_retrace: bool = True,
-          tfdata_service: str | None = None) -> SplitStep:
+          tfdata_service: str | None = None, measure: bool = False) -> SplitStep:
     """Splits a `tf.function` step: preprocessing into `dataset.map`, the rest into a new step.
 
     step: the @tf.function the loop calls as step(batch) or step(*batch). dataset: what the loop iterates.
@@ -123,6 +128,8 @@ def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, 
     its closure does not reach them (a model, a module). check_retrace: trace twice to catch Python state.
     tfdata_service: a dispatcher address ("grpc://host:port"): the dataset, moved part included, runs on
     tf.data service workers (at most once, no fixed order across workers: smartstage.tf2.service).
+    measure: time the split loop against the step's own on copies of its state (smartstage.tf2.trial, a few
+    seconds) and raise NothingToMoveError when the split runs slower; the verdict is in `.trial`.
 
         before:  for batch in ds: train_step(batch)
         after:   ds2, step2 = ss.tf2.split(train_step, ds);  for batch in ds2: step2(batch)
@@ -164,9 +171,17 @@ def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, 
     split_step.__name__ = getattr(step, "__name__", "step")
     logger.info("split %s: %d op(s) moved, %d boundary tensor(s)", split_step.__name__, len(partition.moved),
                 len(sides.boundary))
-    return SplitStep(dataset=new_dataset, step=split_step, traced=traced, analysis=analysis, sides=sides,
-                     deterministic=deterministic, tfdata_service=tfdata_service, main_function=main_fn,
-                     prefetch_function=prefetch_fn)
+    result = SplitStep(dataset=new_dataset, step=split_step, traced=traced, analysis=analysis, sides=sides,
+                       deterministic=deterministic, tfdata_service=tfdata_service, main_function=main_fn,
+                       prefetch_function=prefetch_fn)
+    if measure and tfdata_service is None:
+        verdict = time_split(result, dataset)
+        if not verdict.pays:
+            raise NothingToMoveError(f"split(): splitting {split_step.__name__!r} does not pay: {verdict.text()}; "
+                                     "the step and dataset are faster as they are: iterate the dataset with "
+                                     ".prefetch(tf.data.AUTOTUNE)", reason=f"measured: {verdict.text()}")
+        result = dataclasses.replace(result, trial=verdict)
+    return result
 
 
 __all__ = ["SplitStep", "split"]

@@ -27,6 +27,20 @@ def eager():
         yield
 
 
+@pytest.fixture(autouse=True)
+def fit_splits_untimed(monkeypatch):
+    """ss.tf2.fit times a new split against the model's own step and keeps the faster program
+    (smartstage.tf2.trial), which depends on the machine's load. Tests of what fit splits, and of its values,
+    split whatever the timing says (measure=False); tests/tf2/test_trial.py tests the timing itself through
+    smartstage.tf2.keras_fit.fit."""
+    import functools
+
+    import smartstage.tf2
+    from smartstage.tf2 import keras_fit
+
+    monkeypatch.setattr(smartstage.tf2, "fit", functools.partial(keras_fit.fit, measure=False))
+
+
 @pytest.fixture(scope="session")
 def run_eager_child(tmp_path_factory):
     """Runs a test file as a user's TF2 script in a child process (no conftest there, so eager execution is on):

@@ -27,9 +27,10 @@ def test_smoke_measures_every_kind_and_plots(tmp_path):
     for kind, settings in result["kinds"].items():
         assert [s["device_ms"] for s in settings] == [0.0, 5.0], kind
         for setting in settings:
-            for program in ("in_model", "handwritten", "smartstage"):
+            for program in ("in_model", "handwritten", "smartstage", "split_untimed"):
                 assert setting["steps_per_second"][program]["spread"]["median"] > 0, (kind, program)
-            assert setting["losses_identical"]["smartstage"], kind
+            assert setting["losses_identical"]["smartstage"] and setting["losses_identical"]["split_untimed"], kind
+            assert setting["kept"].startswith(("split", "unsplit")), kind
             assert setting["boundary_tensors"] > 0, kind
     text = (tmp_path / "tf2-latest.md").read_text()
     assert "## Keras model kinds" in text and "| keras3_featurespace | accelerator (emulated, 5 ms/step) |" in text

@@ -1,0 +1,233 @@
+"""trial: whether a split runs faster than the step it came from, timed on copies of the step's state, so
+deciding trains nothing and changes no value the user's program computes.
+
+    before:  halves = split(step, ds)                       # split whether or not the map pays for itself
+    after:   verdict = time_split(halves, ds);  verdict.pays   # False at 0.78x: keep the step as it is
+
+A split pays when the input pipeline's spare cores absorb the moved work. When they do not (the dataset's own
+parsing already keeps the cores busy, or the moved work is a few lookups against a map function call and its
+thread hand-offs per batch), the split program runs slower than the unsplit one, and only running both tells.
+Both programs run interleaved rounds of the same number of steps on fresh iterators of the user's dataset;
+the verdict is the median of the per-round ratios (split steps/s over unsplit steps/s).
+
+The state the step writes (its trainable variables, optimizer slots, metric and seed variables) is copied
+once and both programs update the copies; what the step only reads (read-only tables and variables,
+captured values) is shared. A step whose state cannot be copied (a table it writes, another kind of
+resource, more than MAX_COPY_BYTES of variables) is not timed: the split is kept, and the verdict says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import tensorflow as tf
+
+from smartstage.tf2.state import READ_ONLY_TABLE, READ_ONLY_VARIABLE, VALUE, VARIABLE, CapturedState
+
+logger = logging.getLogger(__name__)
+
+ROUNDS = 7  # interleaved rounds per program: a median over a shared machine's bursts
+ROUND_SECONDS = 0.3  # about how long one program runs per round
+WARMUP_SECONDS = 0.5  # each program runs this long before the rounds: tf.data's AUTOTUNE settles its buffers
+MIN_STEPS, MAX_STEPS = 5, 400  # steps per round, whatever the step's speed
+PAYS_AT = 1.0  # the split is kept when its median ratio reaches this
+MAX_COPY_BYTES = 1 << 30  # the variables copied for the trial, at most (a larger step is not timed)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The trial's outcome: per-round steps/s of each program, or why no trial ran (the split is kept)."""
+
+    split_rates: tuple[float, ...] = ()
+    unsplit_rates: tuple[float, ...] = ()
+    skipped: str = ""
+    threshold: float = PAYS_AT
+
+    @property
+    def ratios(self) -> tuple[float, ...]:
+        return tuple(s / u for s, u in zip(self.split_rates, self.unsplit_rates))
+
+    @property
+    def ratio(self) -> float | None:
+        """Median split/unsplit speed over the rounds; None when nothing was timed."""
+        return statistics.median(self.ratios) if self.ratios else None
+
+    @property
+    def pays(self) -> bool:
+        return self.ratio is None or self.ratio >= self.threshold
+
+    def text(self) -> str:
+        if self.ratio is None:
+            return f"not timed ({self.skipped})"
+        ratios = self.ratios
+        return (f"the split step ran {self.ratio:.2f}x the unsplit one (median of {len(ratios)} interleaved rounds, "
+                f"{min(ratios):.2f}-{max(ratios):.2f}; {statistics.median(self.split_rates):.0f} vs "
+                f"{statistics.median(self.unsplit_rates):.0f} steps/s, on copies of the step's state)")
+
+
+class NotTimeable(Exception):
+    """The step's state cannot be copied for a trial; the message says which capture and why."""
+
+
+@dataclass(frozen=True)
+class StateCopies:
+    """Copies of the variables a step writes: `handles` maps id(captured handle) to the copy's handle (the
+    `handles` argument of smartstage.tf2.functions), and `variables` keeps the copies alive."""
+
+    handles: dict[int, Any]
+    variables: tuple[Any, ...]
+
+
+def state_copies(states: list[CapturedState], captures, variables) -> StateCopies:
+    """A copy of every variable the step may write, so a trial on the copies leaves the user's state as it
+    was. Read-only captures are shared. NotTimeable for a capture that is neither.
+
+        before:  step(batch)                      # updates the model's weights and optimizer slots
+        after:   copies = state_copies(...)       # the same step, imported over `copies`, updates copies
+    """
+    external = {c.placeholder: c.external for c in captures}
+    by_handle = {id(v.handle): v for v in variables if hasattr(v, "handle")}
+    written = []
+    for state in states:
+        if state.kind in (READ_ONLY_VARIABLE, READ_ONLY_TABLE, VALUE):
+            continue
+        variable = by_handle.get(id(external.get(state.placeholder)))
+        if state.kind != VARIABLE or variable is None:
+            raise NotTimeable(f"the step captures {state.name!r}, {state.reason}, which a trial cannot copy")
+        written.append(variable)
+    size = sum(v.shape.num_elements() * v.dtype.size for v in written if v.shape.is_fully_defined())
+    if size > MAX_COPY_BYTES:
+        raise NotTimeable(f"the step writes {size / 2**30:.1f} GiB of variables, more than a trial copies "
+                          f"({MAX_COPY_BYTES / 2**30:.0f} GiB)")
+    copies = [tf.Variable(v.read_value(), trainable=False, name=f"trial_{v.name.split(':')[0]}") for v in written]
+    return StateCopies({id(v.handle): c.handle for v, c in zip(written, copies)}, tuple(copies))
+
+
+def _threshold(threshold: float | None) -> float:
+    return PAYS_AT if threshold is None else threshold
+
+
+def _block(outputs) -> None:
+    """Waits for the step's outputs (a dispatched step returns before its kernels finish)."""
+    for tensor in tf.nest.flatten(outputs):
+        if hasattr(tensor, "numpy"):
+            tensor.numpy()
+            return
+
+
+def _in_function(step: Callable) -> Callable:
+    """One step that reads its element inside a tf.function, as Keras's train function does."""
+    one = tf.function(lambda iterator: step(next(iterator)), autograph=False)
+    return lambda iterator: one(iterator)
+
+
+def _in_python(step: Callable) -> Callable:
+    """One step of a Python loop: next(iterator), then the step (a custom training loop)."""
+    return lambda iterator: step(next(iterator))
+
+
+def _run(step: Callable, iterator: Iterator, steps: int) -> float:
+    start = time.perf_counter()
+    outputs = None
+    for _ in range(steps):
+        outputs = step(iterator)
+    _block(outputs)
+    return steps / (time.perf_counter() - start)
+
+
+def time_programs(split: tuple[Callable, tf.data.Dataset], unsplit: tuple[Callable, tf.data.Dataset], *,
+                  in_function: bool = False, rounds: int | None = None, seconds: float | None = None,
+                  threshold: float | None = None) -> Verdict:
+    """Interleaved rounds of two programs, each (step(element), dataset); the datasets are repeated, so a
+    short dataset is no shorter trial. in_function: each step reads its element inside a tf.function (Keras's
+    fit loop); otherwise next(iterator) in Python, then the step (a custom loop).
+
+        before:  split program and unsplit program, one of them chosen by hand
+        after:   time_programs((main, mapped), (whole, raw)).pays
+    """
+    rounds = ROUNDS if rounds is None else rounds  # looked up per call, so a setting of the module's holds
+    seconds = ROUND_SECONDS if seconds is None else seconds
+    wrap = _in_function if in_function else _in_python
+    programs = {"split": (wrap(split[0]), split[1]), "unsplit": (wrap(unsplit[0]), unsplit[1])}
+    iterators = {name: iter(dataset.repeat()) for name, (_, dataset) in programs.items()}
+    for name, (step, _) in programs.items():
+        _run(step, iterators[name], 3)  # traced and built
+    slowest = min(_run(step, iterators[name], MIN_STEPS) for name, (step, _) in programs.items())
+    steps = int(min(MAX_STEPS, max(MIN_STEPS, seconds * slowest)))
+    for name, (step, _) in programs.items():
+        _run(step, iterators[name], int(min(MAX_STEPS, max(MIN_STEPS, WARMUP_SECONDS * slowest))))
+    rates: dict[str, list[float]] = {name: [] for name in programs}
+    for round_ in range(rounds):
+        order = list(programs) if round_ % 2 == 0 else list(reversed(programs))
+        for name in order:
+            rates[name].append(_run(programs[name][0], iterators[name], steps))
+    verdict = Verdict(tuple(rates["split"]), tuple(rates["unsplit"]), threshold=_threshold(threshold))
+    logger.info("trial: %s", verdict.text())
+    return verdict
+
+
+def time_split(halves, dataset: tf.data.Dataset, *, in_function: bool = False, rounds: int | None = None,
+               seconds: float | None = None, threshold: float | None = None) -> Verdict:
+    """The split program (the mapped dataset and the main side) against the step it came from (the same
+    dataset, prefetched), both on copies of the step's state.
+
+        before:  ds2, step2 = ss.tf2.split(step, ds)
+        after:   time_split(ss.tf2.split(step, ds), ds).text()   # "the split step ran 1.12x the unsplit one ..."
+    """
+    from smartstage.tf2.functions import main_function, whole_step_function
+
+    traced = halves.traced
+    try:
+        copies = state_copies(halves.analysis.states, traced.captures, traced.variables)
+    except NotTimeable as e:
+        return Verdict(skipped=str(e), threshold=_threshold(threshold))
+    main = main_function(halves.sides, traced, traced.jit_compile, halves.prefetch_function.packing,
+                         handles=copies.handles).get_concrete_function()
+    whole = whole_step_function(traced, copies.handles).get_concrete_function()
+    mapped = dataset.map(halves.prefetch_function, num_parallel_calls=tf.data.AUTOTUNE,
+                         deterministic=halves.deterministic).prefetch(tf.data.AUTOTUNE)
+    return time_programs((lambda element: main(*tf.nest.flatten(element)), mapped),
+                         (lambda element: whole(*tf.nest.flatten(element, expand_composites=True)),
+                          dataset.prefetch(tf.data.AUTOTUNE)),
+                         in_function=in_function, rounds=rounds, seconds=seconds, threshold=threshold)
+
+
+def _on_copies(step, dataset: tf.data.Dataset, roots: list) -> tuple[Callable, Any]:
+    """`step` (a tf.function of one element) traced for `dataset` and imported over copies of its state:
+    (a callable of one element, the copies to keep alive). NotTimeable when its state cannot be copied."""
+    from smartstage.graph.view import GraphView
+    from smartstage.tf2.functions import whole_step_function
+    from smartstage.tf2.state import classify, static_tables
+    from smartstage.tf2.trace import trace_step
+
+    traced = trace_step(step, dataset.element_spec, check_retrace=False)
+    states = classify(traced, GraphView(traced.graph_def), static_tables(roots), read_only=True)
+    copies = state_copies(states, traced.captures, traced.variables)
+    whole = whole_step_function(traced, copies.handles).get_concrete_function()
+    return (lambda element: whole(*tf.nest.flatten(element, expand_composites=True))), copies
+
+
+def time_steps(split: tuple[Any, tf.data.Dataset], unsplit: tuple[Any, tf.data.Dataset], roots: list, *,
+               rounds: int | None = None, seconds: float | None = None, threshold: float | None = None) -> Verdict:
+    """Two tf.function steps of one element, each with its dataset, timed on copies of their state (`roots`:
+    the objects holding their read-only tables, as split()'s `state`). A Keras model's own train step on raw
+    batches against its trainer half's on the mapped ones, for the layer-level split.
+
+        before:  model.fit(ds)  or  trainer.fit(halves.map(ds)), chosen by hand
+        after:   time_steps((trainer_step, halves.map(ds)), (model_step, ds), [model]).pays
+    """
+    try:
+        split_step, split_copies = _on_copies(split[0], split[1], roots)
+        unsplit_step, unsplit_copies = _on_copies(unsplit[0], unsplit[1], roots)
+    except NotTimeable as e:
+        return Verdict(skipped=str(e), threshold=_threshold(threshold))
+    return time_programs((split_step, split[1]), (unsplit_step, unsplit[1].prefetch(tf.data.AUTOTUNE)),
+                         in_function=True, rounds=rounds, seconds=seconds, threshold=threshold)
+
+
+__all__ = ["MAX_COPY_BYTES", "NotTimeable", "PAYS_AT", "ROUNDS", "StateCopies", "Verdict", "state_copies", "time_programs",
+           "time_split", "time_steps"]

@@ -1,0 +1,162 @@
+"""The trial (smartstage.tf2.trial): a split is timed against the step it came from on copies of the step's
+state, and fit() / split(measure=True) keep the faster program. Deciding changes no value: the user's
+variables are untouched by the trial, and whichever program is kept trains as model.fit does.
+
+    before:  ss.tf2.fit(model, ds)     # split whether or not the map pays for itself
+    after:   ss.tf2.fit(model, ds)     # timed first; history.smartstage is a NotSplit when it does not pay
+
+Which program wins depends on the machine, so the branches are forced through trial.PAYS_AT (a median
+ratio can never reach infinity, and always reaches 0); the timing itself is real in every test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from smartstage.errors import NothingToMoveError
+from smartstage.tf2 import keras_fit, trial
+from smartstage.tf2.keras_fit import NotSplit, StepFit
+from smartstage.tf2.split import split
+from smartstage.tf2.trial import Verdict, time_split
+from tests.tf2 import fit_models as fm
+from tests.tf2.fit_support import assert_same_weights, batch_losses, identical  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("eager", "identical")
+
+NEVER, ALWAYS = float("inf"), 0.0
+KEYS = ("user", "item")
+
+
+@pytest.fixture
+def quick_trial(monkeypatch):
+    """Two rounds of a few steps: the decision logic, not the machine, is under test."""
+    monkeypatch.setattr(trial, "ROUNDS", 2)
+    monkeypatch.setattr(trial, "ROUND_SECONDS", 0.02)
+
+
+def _state(model) -> list[np.ndarray]:
+    return [np.array(v.numpy()) for v in list(model.variables) + list(model.optimizer.variables)]
+
+
+def test_verdict_is_the_median_of_the_round_ratios():
+    verdict = Verdict(split_rates=(90.0, 120.0, 100.0), unsplit_rates=(100.0, 100.0, 100.0))
+    assert verdict.ratios == (0.9, 1.2, 1.0)
+    assert verdict.ratio == 1.0 and verdict.pays
+    slower = Verdict(split_rates=(80.0, 85.0, 95.0), unsplit_rates=(100.0, 100.0, 100.0))
+    assert slower.ratio == 0.85 and not slower.pays
+    assert slower.text().startswith("the split step ran 0.85x the unsplit one (median of 3 interleaved rounds, "
+                                    "0.80-0.95;")
+
+
+def test_a_step_that_cannot_be_copied_is_not_timed_and_keeps_its_split():
+    verdict = Verdict(skipped="the step captures 'counts', a lookup table the step writes, which a trial cannot copy")
+    assert verdict.ratio is None and verdict.pays
+    assert verdict.text() == ("not timed (the step captures 'counts', a lookup table the step writes, which a trial "
+                              "cannot copy)")
+
+
+def _ids_step():
+    weights = tf.Variable(tf.ones([64, 4]), name="weights")
+    optimizer = tf.keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def step(batch):
+        ids = tf.strings.to_hash_bucket_fast(batch["tag"], 64)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.gather(weights, ids))
+        optimizer.apply_gradients([(tape.gradient(loss, weights), weights)])
+        return loss
+
+    tags = tf.constant([f"t{i % 7}" for i in range(64)])
+    return step, weights, optimizer, tf.data.Dataset.from_tensor_slices({"tag": tags}).batch(8)
+
+
+def test_time_split_leaves_the_step_state_as_it_was(quick_trial):
+    step, weights, optimizer, dataset = _ids_step()
+    halves = split(step, dataset)
+    step(next(iter(dataset)))  # the optimizer's state exists, and is not at its initial value
+    before = [weights.numpy().copy()] + [v.numpy().copy() for v in optimizer.variables]
+    verdict = time_split(halves, dataset)
+    assert len(verdict.ratios) == 2 and all(r > 0 for r in verdict.ratios)
+    after = [weights.numpy()] + [v.numpy() for v in optimizer.variables]
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))
+
+
+def test_split_measure_raises_when_the_split_does_not_pay(quick_trial, monkeypatch):
+    step, _, _, dataset = _ids_step()
+    monkeypatch.setattr(trial, "PAYS_AT", NEVER)
+    with pytest.raises(NothingToMoveError, match=r"^split\(\): splitting 'step' does not pay: the split step ran "
+                                                 r"[0-9.]+x the unsplit one .*iterate the dataset with "
+                                                 r"\.prefetch\(tf\.data\.AUTOTUNE\)") as raised:
+        split(step, dataset, measure=True)
+    assert raised.value.reason.startswith("measured: the split step ran")
+
+
+def test_split_measure_keeps_a_split_that_pays_and_says_so(quick_trial, monkeypatch):
+    step, _, _, dataset = _ids_step()
+    monkeypatch.setattr(trial, "PAYS_AT", ALWAYS)
+    halves = split(step, dataset, measure=True)
+    assert halves.trial is not None and len(halves.trial.ratios) == 2
+    assert "timed: the split step ran" in halves.summary()
+
+
+def test_a_step_writing_a_table_is_not_timed(quick_trial):
+    table = tf.lookup.experimental.MutableHashTable(tf.string, tf.int64, default_value=-1, name="seen")
+    weights = tf.Variable(tf.ones([64]))
+
+    @tf.function
+    def step(batch):
+        ids = tf.strings.to_hash_bucket_fast(batch["tag"], 64)
+        table.insert(batch["tag"], ids)
+        return tf.reduce_sum(tf.gather(weights, ids)) + tf.cast(tf.reduce_sum(table.lookup(batch["tag"])), tf.float32)
+
+    dataset = tf.data.Dataset.from_tensor_slices({"tag": tf.constant(["a", "b"] * 8)}).batch(4)
+    verdict = time_split(split(step, dataset, state=[table]), dataset)
+    assert verdict.ratio is None and verdict.pays
+    assert verdict.skipped.startswith("the step captures ") and "which a trial cannot copy" in verdict.skipped
+
+
+@pytest.mark.parametrize("factory", [fm.ranking_tf_keras, fm.keras3_subclassed, fm.keras3_feature_space],
+                         ids=["tf_keras_steps", "keras3_steps", "keras3_layers"])
+@pytest.mark.parametrize("pays", [True, False], ids=["pays", "slower"])
+def test_fit_trains_as_model_fit_whichever_program_it_keeps(factory, pays, quick_trial, monkeypatch):
+    keys = ("user", "item", "age") if factory is not fm.ranking_tf_keras else KEYS
+    monkeypatch.setattr(trial, "PAYS_AT", ALWAYS if pays else NEVER)
+    reference = factory()
+    expected = batch_losses(reference)
+    reference.fit(fm.dataset(keys), epochs=2, callbacks=[expected], verbose=0)
+    model = factory()
+    got = batch_losses(model)
+    history = keras_fit.fit(model, fm.dataset(keys), epochs=2, callbacks=[got], verbose=0)
+
+    assert got.losses == expected.losses and len(got.losses) > 0
+    assert history.history == reference.history.history
+    assert_same_weights(reference, model)
+    if pays:
+        assert not isinstance(history.smartstage, NotSplit)
+        kept = history.smartstage.train if isinstance(history.smartstage, StepFit) else history.smartstage
+        assert len(kept.trials["train_step"].ratios) == 2
+    else:
+        assert isinstance(history.smartstage, NotSplit)
+        assert history.smartstage.reason.startswith("measured: the split step ran")
+        assert history.smartstage.summary().endswith("trained with model.fit as it is")
+    assert len(_state(model)) == len(_state(reference))  # the trial's copies are no variables of the model
+
+
+def test_fit_times_a_split_once(quick_trial, monkeypatch):
+    calls = []
+    real = keras_fit.time_split
+    monkeypatch.setattr(keras_fit, "time_split", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(trial, "PAYS_AT", ALWAYS)
+    model = fm.ranking_tf_keras()
+    first = keras_fit.fit(model, fm.dataset(KEYS), epochs=1, verbose=0).smartstage.train
+    again = keras_fit.fit(model, fm.dataset(KEYS, seed=3), epochs=1, verbose=0).smartstage.train
+    assert again is first and len(calls) == 1
+
+
+def test_fit_with_measure_false_splits_without_timing(monkeypatch):
+    monkeypatch.setattr(keras_fit, "time_split", lambda *a, **k: pytest.fail("timed with measure=False"))
+    history = keras_fit.fit(fm.ranking_tf_keras(), fm.dataset(KEYS), epochs=1, verbose=0, measure=False)
+    assert isinstance(history.smartstage, StepFit) and history.smartstage.train.trials == {}
