@@ -291,6 +291,11 @@ def kinds_report(kinds: dict[str, list[dict[str, Any]]]) -> list[str]:
             checks.append([kind, _setting_name(setting["device_ms"]), ">= 0.95x hand-written",
                            ratios["smartstage/handwritten"]["spread"].text(2),
                            "met" if ratios["smartstage/handwritten"]["spread"].median >= 0.95 else "NOT met"])
+            base, hand = ratios["smartstage/in_model"]["spread"], ratios["handwritten/in_model"]["spread"]
+            checks.append([kind, _setting_name(setting["device_ms"]), ">= 1.3x in-model where the cores leave room",
+                           base.text(2), "met" if base.median >= 1.3 else
+                           f"not met: the hand-written map reaches {hand.median:.2f}x here too (no free core)"
+                           if hand.median < 1.3 else "NOT met"])
     return ["", "## Keras model kinds (benchmarks/tf2_kinds.py)", "",
             markdown_table(["kind", "setting", *(f"{TITLES[p]} steps/s" for p in PROGRAMS), "SmartStage / hand-written",
                             "SmartStage / in-model", "split (measure=False) / in-model",
