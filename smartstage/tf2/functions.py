@@ -152,7 +152,7 @@ def prefetch_function(sides: Sides, traced: TracedStep) -> Callable:
     passed = [t for t in sides.boundary if parse_tensor_name(t).node in inputs]  # inputs that cross as they are
     computed = [t for t in sides.boundary if t not in passed]
 
-    def prefetch_side(*element):
+    def prefetch_body(*element):
         flat = tf.nest.flatten(element, expand_composites=True)
         input_map = {f"{name}:0": value for name, value in zip(inputs, flat) if name in kept}
         found = _import(sides.prefetch_graph_def, input_map, captures, computed + extra) if computed or extra else []
@@ -163,6 +163,13 @@ def prefetch_function(sides: Sides, traced: TracedStep) -> Callable:
             with tf.control_dependencies(effects):
                 boundary = [tf.identity(t) for t in boundary]
         return pack(boundary, packing)
+
+    # Traced once per element structure and called from each map's function: a second dataset.map (a new
+    # fit() call, the validation data) does not import the prefetch side again.
+    body = tf.function(prefetch_body, autograph=False)
+
+    def prefetch_side(*element):
+        return body(*element)
 
     packing = plan_packing(sides, traced)
     prefetch_side.packing = packing

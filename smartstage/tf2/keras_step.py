@@ -119,6 +119,7 @@ class ModelStepSplit:
     key: tuple = field(repr=False)
     keep_alive: tuple = field(default=(), repr=False)  # the compile objects the key names by identity
     trials: dict = field(default_factory=dict, repr=False, compare=False)  # fit()'s timed Verdict, kept with the split
+    functions: dict = field(default_factory=dict, repr=False, compare=False)  # what Keras built around the main side
 
     def map(self, dataset: tf.data.Dataset, tfdata_service: str | None = None) -> tf.data.Dataset:
         """`dataset` (raw batches with this split's element spec) mapped by the prefetch side, then prefetched."""
@@ -209,8 +210,9 @@ def split_model_step(model, method: str, dataset: tf.data.Dataset, *, determinis
 @contextlib.contextmanager
 def replaced_steps(model, splits: dict[str, ModelStepSplit]) -> Iterator[None]:
     """For the duration: each split's step method is the main side, and the functions Keras builds from it
-    are cleared, so the model's own loop builds them around the main side; afterwards every attribute is
-    what it was (also on error).
+    are the ones it built around that main side in an earlier call (kept with the split), or cleared, so the
+    model's own loop builds them; afterwards every attribute is what it was (also on error). Keeping them
+    spares each fit() call a new trace of the train function, as Keras spares model.fit's calls.
 
         before:  model.fit(ds)                      # model.train_function(iterator) -> model.train_step(batch)
         after:   with replaced_steps(model, {"train_step": s}): model.fit(s.map(ds))
@@ -222,9 +224,11 @@ def replaced_steps(model, splits: dict[str, ModelStepSplit]) -> Iterator[None]:
         for method, part in splits.items():
             object.__setattr__(model, method, part.step)
             for name in _FUNCTIONS[method]:
-                object.__setattr__(model, name, None)
+                object.__setattr__(model, name, part.functions.get(name))
         yield
     finally:
+        for method, part in splits.items():
+            part.functions.update((name, model.__dict__.get(name)) for name in _FUNCTIONS[method])
         for name, value in saved.items():
             if value is missing:
                 model.__dict__.pop(name, None)

@@ -84,6 +84,24 @@ def test_split_once_while_nothing_changes(factory, keys):
     assert optimizer.iterations.numpy() == 6                          # the new optimizer is the one that trained
 
 
+@pytest.mark.parametrize("factory,keys", [(fm.ranking_tf_keras, ("user", "item")),
+                                          (fm.keras3_subclassed, RANKER_KEYS)], ids=["tf_keras", "keras3"])
+def test_a_second_fit_traces_nothing_again(factory, keys, monkeypatch):
+    from smartstage.tf2 import functions
+
+    model = factory()
+    split = sst.fit(model, fm.dataset(keys), epochs=1, verbose=0).smartstage.train
+    built = split.functions["train_function"]
+    assert built is not None and model.__dict__.get("train_function") is not built   # the model's own again
+    imports = []
+    real_import = functions._import
+    monkeypatch.setattr(functions, "_import", lambda *a, **k: imports.append(1) or real_import(*a, **k))
+    assert sst.fit(model, fm.dataset(keys, seed=3), epochs=1, verbose=0).smartstage.train is split
+    assert split.functions["train_function"] is built                    # Keras's train function, kept
+    assert imports == []                                                 # neither side imported again
+    assert model.fit(fm.dataset(keys), epochs=1, verbose=0).history["loss"]   # model.fit: its own function
+
+
 def test_a_layer_split_is_reused_while_nothing_changes():
     model = preprocessing_model()
     first = sst.fit(model, raw_dataset(), epochs=1, verbose=0).smartstage
