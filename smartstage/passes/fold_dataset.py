@@ -24,8 +24,9 @@ shared_name, so it is the very table the graph's initializer fills: a one-shot i
 table's handle by value). The iterator op keeps its name (checkpoints name it); its output_types and
 output_shapes become the boundary's.
 
-What the map carries: stateless ops, read-only table lookups (the map captures the table's handle), and
-the other order-free stateful ops (Assert, Print). A stage is left as it was, with the reason in the
+What the map carries: stateless ops, reads of read-only tables (lookups, and the table's size a
+StaticVocabularyTable's lookup reads; the map captures the table's handle), and the other order-free
+stateful ops (Assert, Print). A stage is left as it was, with the reason in the
 summary, when its prefetch side is not exactly one iterator read and a body (another input op, a random
 op, a variable, a mutable table, a py_func that keeps state, a fed placeholder), when a body tensor is
 read outside the prefetch side, when the stage has a feed_dict, or when the iterator is read elsewhere.
