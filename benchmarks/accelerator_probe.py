@@ -161,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = machine_info()
     files = prepare_data(args.out, args.rows, 0)
     workload = Workload(args.model, "device", 0.0, args.batch_size, args.size, device_ms=args.device_ms)
-    smart = ConfigRunner(CONFIGS_BY_NAME["smart"], workload, files)
+    smart = ConfigRunner(CONFIGS_BY_NAME["smart_lanes"], workload, files)  # the points are lane settings
     sides = SidesRunner(ConfigRunner(CONFIGS_BY_NAME["no_stage"], workload, files), smart_split(smart))
     take = take_op(smart.graph, smart.model.train_op)
     points = args.points.split(",")

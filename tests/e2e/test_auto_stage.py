@@ -122,7 +122,10 @@ def test_dlrm_without_staged_moves_what_a_hand_placed_stage_moves_and_trains_ide
     (auto_stage,) = automatic.partitions
     assert {n: p.kind for n, p in auto_stage.pinned.items()} == {n: p.kind for n, p in hand_stage.pinned.items()}
     fetches = [model.loss.name, model.predictions.name]
-    comparison = compare_runs(hand.meta_graph_def, automatic.meta_graph_def, fetches, steps=20)
+    # sessions that rewrite what they run (the default): both stages fold, and each map's body is rewritten as a
+    # session rewrites it (passes/dataset_map.py), so the two agree under the rewrites, not as written
+    comparison = compare_runs(hand.meta_graph_def, automatic.meta_graph_def, fetches, steps=20,
+                              config=tf.compat.v1.ConfigProto())
     assert comparison.identical, comparison.describe()
     assert len(comparison.before.values) == 20
 

@@ -109,6 +109,9 @@ def check_placement_rules(result) -> None:
         if name in copies:
             assert device_type(new) == CPU, f"copy {name} must be on a CPU, is on {new!r}"
             continue
+        if name not in before:  # added by the fold (the stage's new iterator read, the map, the prefetch)
+            assert device_type(new) != GPU, f"{name}, added by the fold, is on {new!r}"
+            continue
         old = before.node(name).device
         # Rule: the prefetch side is on a CPU (unless the report says why not).
         if name in sides.owners and name not in sides.shared and name not in kept:
