@@ -149,6 +149,24 @@ def time_programs(split: tuple[Callable, tf.data.Dataset], unsplit: tuple[Callab
         before:  split program and unsplit program, one of them chosen by hand
         after:   time_programs((main, mapped), (whole, raw)).pays
     """
+    try:
+        return _time_programs(split, unsplit, in_function, rounds, seconds, threshold)
+    except (StopIteration, tf.errors.OutOfRangeError):
+        return Verdict(skipped="the dataset yields no batch", threshold=_threshold(threshold))
+    except Exception as e:  # a failing trial must not fail the training it only advises: the split is kept
+        return _failed(e, threshold)
+
+
+def _failed(error: Exception, threshold: float | None) -> Verdict:
+    if isinstance(error, NotTimeable):
+        return Verdict(skipped=str(error), threshold=_threshold(threshold))
+    logger.warning("the trial failed, the split is kept: %s: %s", type(error).__name__,
+                   (str(error).strip().splitlines() or [""])[0])
+    return Verdict(skipped=f"the trial failed: {type(error).__name__}", threshold=_threshold(threshold))
+
+
+def _time_programs(split, unsplit, in_function: bool, rounds: int | None, seconds: float | None,
+                   threshold: float | None) -> Verdict:
     rounds = ROUNDS if rounds is None else rounds  # looked up per call, so a setting of the module's holds
     seconds = ROUND_SECONDS if seconds is None else seconds
     wrap = _in_function if in_function else _in_python
@@ -183,11 +201,11 @@ def time_split(halves, dataset: tf.data.Dataset, *, in_function: bool = False, r
     traced = halves.traced
     try:
         copies = state_copies(halves.analysis.states, traced.captures, traced.variables)
-    except NotTimeable as e:
-        return Verdict(skipped=str(e), threshold=_threshold(threshold))
-    main = main_function(halves.sides, traced, traced.jit_compile, halves.prefetch_function.packing,
-                         handles=copies.handles).get_concrete_function()
-    whole = whole_step_function(traced, copies.handles).get_concrete_function()
+        main = main_function(halves.sides, traced, traced.jit_compile, halves.prefetch_function.packing,
+                             handles=copies.handles).get_concrete_function()
+        whole = whole_step_function(traced, copies.handles).get_concrete_function()
+    except Exception as e:
+        return _failed(e, threshold)
     mapped = dataset.map(halves.prefetch_function, num_parallel_calls=tf.data.AUTOTUNE,
                          deterministic=halves.deterministic).prefetch(tf.data.AUTOTUNE)
     return time_programs((lambda element: main(*tf.nest.flatten(element)), mapped),
@@ -223,8 +241,8 @@ def time_steps(split: tuple[Any, tf.data.Dataset], unsplit: tuple[Any, tf.data.D
     try:
         split_step, split_copies = _on_copies(split[0], split[1], roots)
         unsplit_step, unsplit_copies = _on_copies(unsplit[0], unsplit[1], roots)
-    except NotTimeable as e:
-        return Verdict(skipped=str(e), threshold=_threshold(threshold))
+    except Exception as e:
+        return _failed(e, threshold)
     return time_programs((split_step, split[1]), (unsplit_step, unsplit[1].prefetch(tf.data.AUTOTUNE)),
                          in_function=True, rounds=rounds, seconds=seconds, threshold=threshold)
 

@@ -118,6 +118,27 @@ def test_a_step_writing_a_table_is_not_timed(quick_trial):
     assert verdict.skipped.startswith("the step captures ") and "which a trial cannot copy" in verdict.skipped
 
 
+def test_an_empty_dataset_is_not_timed(quick_trial):
+    step, _, _, dataset = _ids_step()
+    verdict = time_split(split(step, dataset), dataset.take(0))
+    assert verdict.pays and verdict.text() == "not timed (the dataset yields no batch)"
+
+
+def test_a_failing_trial_keeps_the_split_and_says_so(quick_trial, monkeypatch, caplog):
+    from smartstage.tf2 import functions
+
+    step, _, _, dataset = _ids_step()
+    halves = split(step, dataset)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("cannot import")
+
+    monkeypatch.setattr(functions, "whole_step_function", broken)
+    verdict = time_split(halves, dataset)
+    assert verdict.pays and verdict.text() == "not timed (the trial failed: RuntimeError)"
+    assert "the trial failed, the split is kept: RuntimeError: cannot import" in caplog.text
+
+
 @pytest.mark.parametrize("factory", [fm.ranking_tf_keras, fm.keras3_subclassed, fm.keras3_feature_space],
                          ids=["tf_keras_steps", "keras3_steps", "keras3_layers"])
 @pytest.mark.parametrize("pays", [True, False], ids=["pays", "slower"])
