@@ -156,12 +156,20 @@ def test_tf2_smoke_measures_every_program(tmp_path):
     result = _latest(tmp_path, "tf2")
     assert [s["device_ms"] for s in result["settings"]] == [0.0, 5.0]
     for setting in result["settings"]:
-        for program in ("in_model", "handwritten", "smartstage"):
+        for program in ("in_model", "handwritten", "smartstage", "split_untimed"):
             assert setting["steps_per_second"][program]["spread"]["median"] > 0, program
             assert setting["losses_identical"][program], program
-        assert "moved" in setting["split_notes"]
+        assert "moved" in setting["split_notes"] and setting["kept"].startswith(("split (", "unsplit ("))
     assert "| CPU |" in proc.stdout and "| accelerator (emulated, 5 ms/step) |" in proc.stdout
     assert ">= 0.95x hand-written" in (tmp_path / "tf2-latest.md").read_text()
+
+
+def test_read_cost_times_both_reads():
+    from benchmarks import read_cost
+
+    times = read_cost.measure(tensors=3, batch=16, dtype="string", repeats=2)
+    assert set(times) == {"iterator read", "queue dequeue"}
+    assert all(len(values) == 2 and all(v > 0 for v in values) for values in times.values())
 
 
 def test_the_cluster_model_predicts_from_the_measured_cpu_of_each_side():
