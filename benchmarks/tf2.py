@@ -406,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
             if path.parent == PUBLISH_DIR:
                 shutil.copyfile(path, PUBLISH_DIR / f"tf2-{stamp}{path.suffix}")
     identical = [s["losses_identical"][p] for s in settings for p in PROGRAMS]
-    identical += [s["losses_identical"][p] for ss in by_kind.values() for s in ss for p in ("smartstage", "split_untimed")]
+    identical += [s["losses_identical"][p] for ss in by_kind.values() for s in ss
+                  for p in ("smartstage", "split_untimed")]
     return 0 if all(identical) else 1
 
 

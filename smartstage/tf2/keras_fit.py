@@ -260,9 +260,9 @@ def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | N
     reuse (layer route). tfdata_service: a dispatcher address: the training dataset, preprocessing included,
     runs on tf.data service workers (validation data stays local). measure: time a new split against the
     model's own step on copies of its state (a few seconds, once per split) and train the model as it is when
-    the split runs slower (smartstage.tf2.trial); False splits whatever it measures. fit_kwargs: the rest of model.fit's
-    arguments (epochs, class_weight, steps_per_epoch, ...). Returns the History; `history.smartstage` is
-    what was split (its summary() says what moved).
+    the split runs slower (smartstage.tf2.trial); False splits whatever it measures. fit_kwargs: the rest of
+    model.fit's arguments (epochs, class_weight, steps_per_epoch, ...). Returns the History;
+    `history.smartstage` is what was split (its summary() says what moved), or a NotSplit saying why not.
 
         before:  history = model.fit(ds, epochs=3)
         after:   history = ss.tf2.fit(model, ds, epochs=3)

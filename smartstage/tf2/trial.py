@@ -247,5 +247,5 @@ def time_steps(split: tuple[Any, tf.data.Dataset], unsplit: tuple[Any, tf.data.D
                          in_function=True, rounds=rounds, seconds=seconds, threshold=threshold)
 
 
-__all__ = ["MAX_COPY_BYTES", "NotTimeable", "PAYS_AT", "ROUNDS", "StateCopies", "Verdict", "state_copies", "time_programs",
-           "time_split", "time_steps"]
+__all__ = ["MAX_COPY_BYTES", "NotTimeable", "PAYS_AT", "ROUNDS", "StateCopies", "Verdict", "state_copies",
+           "time_programs", "time_split", "time_steps"]
