@@ -118,6 +118,22 @@ def test_a_step_writing_a_table_is_not_timed(quick_trial):
     assert verdict.skipped.startswith("the step captures ") and "which a trial cannot copy" in verdict.skipped
 
 
+def test_a_dataset_reading_a_python_generator_is_not_timed(quick_trial):
+    step, _, _, dataset = _ids_step()
+    tags = iter([f"t{i % 7}" for i in range(64)])  # one generator object: each tag can be read once
+
+    def each_tag_once():
+        for tag in tags:
+            yield {"tag": tag}
+
+    once = tf.data.Dataset.from_generator(each_tag_once, output_signature={"tag": tf.TensorSpec([], tf.string)})
+    verdict = time_split(split(step, dataset), once.batch(8))
+    assert verdict.pays and verdict.text() == ("not timed (the dataset reads through GeneratorDataset, whose source "
+                                               "a trial's iterators would consume)")
+    assert len(list(tags)) == 64  # the trial took nothing from the user's generator
+    assert trial.shared_source(dataset) is None and trial.shared_source(dataset.map(lambda b: b).batch(2)) is None
+
+
 def test_an_empty_dataset_is_not_timed(quick_trial):
     step, _, _, dataset = _ids_step()
     verdict = time_split(split(step, dataset), dataset.take(0))
