@@ -101,18 +101,19 @@ def verify(step, dataset: tf.data.Dataset, *, steps: int = 20, split=None, **spl
         before:  for batch in ds.take(20): step(batch)         # and by hand, the split loop
         after:   ss.tf2.verify(step, ds, steps=20).describe()  # "identical: 20 step(s), ..."
     """
+    from smartstage.tf2.functions import mapped_dataset
     from smartstage.tf2.split import split as split_step
 
     halves = split or split_step(step, dataset, **split_kwargs)
     variables = list(halves.traced.variables)
     fetches = list(halves.traced.outputs)
     batches = same_batches(dataset, steps)
-    mapped = batches.map(halves.prefetch_function, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    mapped = mapped_dataset(batches, halves.prefetch_function, deterministic=True)  # in order, whatever the split's
     snapshot = _Snapshot(variables)
     try:
         before = _run(step, batches, steps, fetches, variables, halves.traced.unpack)
         snapshot.restore()
-        after = _run(halves.step, mapped.prefetch(tf.data.AUTOTUNE), steps, fetches, variables, unpack=False)
+        after = _run(halves.step, mapped, steps, fetches, variables, unpack=False)
     finally:
         snapshot.restore()
     return StepCheck(compare_runs(before, after), halves)

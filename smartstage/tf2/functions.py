@@ -77,6 +77,34 @@ def _import(graph_def: graph_pb2.GraphDef, input_map: dict[str, tf.Tensor], capt
                                           return_elements=returns, name=IMPORT_SCOPE)
 
 
+def _run_imported(graph_def: graph_pb2.GraphDef, input_map: dict[str, Any], captures: dict[str, Any],
+                  outputs: list[str], effects: list[str], structure) -> Any:
+    """A step's GraphDef imported into the function being traced: its outputs, packed as the step returned
+    them, after its effects (`effects`: the ops it runs for their updates), as in the traced step."""
+    found = _import(graph_def, input_map, captures, outputs + effects)
+    values = found[:len(outputs)]
+    if effects:
+        with tf.control_dependencies(found[len(outputs):]):
+            values = [tf.identity(v) for v in values]
+    return None if structure is None else tf.nest.pack_sequence_as(structure, values, expand_composites=True)
+
+
+def mapped_dataset(dataset: tf.data.Dataset, prefetch_fn: Callable, *, deterministic: bool,
+                   num_parallel_calls: int = tf.data.AUTOTUNE, tfdata_service: str | None = None) -> tf.data.Dataset:
+    """`dataset` through the prefetch side: a parallel map in input order (deterministic=True), on a tf.data
+    service dispatcher when one is named (smartstage.tf2.service), then prefetched.
+
+        before:  for batch in dataset: step(batch)
+        after:   for element in mapped_dataset(dataset, prefetch_fn, deterministic=True): main_side(*element)
+    """
+    mapped = dataset.map(prefetch_fn, num_parallel_calls=num_parallel_calls, deterministic=deterministic)
+    if tfdata_service is not None:
+        from smartstage.tf2.service import distribute_on_service
+
+        mapped = distribute_on_service(mapped, tfdata_service)
+    return mapped.prefetch(tf.data.AUTOTUNE)
+
+
 @dataclass(frozen=True)
 class Packing:
     """How the boundary crosses in each dataset element: some tensors as they are, then one rank-1 tensor per
@@ -208,14 +236,7 @@ def main_function(sides: Sides, traced: TracedStep, jit_compile: bool | None,
     def main_side(*element):
         boundary = unpack(element, packing)
         input_map = {f"{name}:0": value for name, value in zip(sides.main_inputs, boundary)}
-        found = _import(sides.main_graph_def, input_map, captures, outputs + effects)
-        values = found[:len(outputs)]
-        if effects:  # the step's updates run before its outputs are returned, as in the traced step
-            with tf.control_dependencies(found[len(outputs):]):
-                values = [tf.identity(v) for v in values]
-        if structure is None:
-            return None
-        return tf.nest.pack_sequence_as(structure, values, expand_composites=True)
+        return _run_imported(sides.main_graph_def, input_map, captures, outputs, effects, structure)
 
     main_side.__name__ = f"{getattr(traced.function, '__name__', 'step')}_main_side"
     return tf.function(main_side, input_signature=element_specs(sides, traced, packing), jit_compile=jit_compile,
@@ -238,16 +259,11 @@ def whole_step_function(traced: TracedStep, handles: dict[int, Any]) -> Callable
 
     def whole_step(*flat):
         input_map = {f"{name}:0": value for name, value in zip(traced.inputs, flat)}
-        found = _import(traced.graph_def, input_map, captures, outputs + effects)
-        values = found[:len(outputs)]
-        if effects:
-            with tf.control_dependencies(found[len(outputs):]):
-                values = [tf.identity(v) for v in values]
-        return None if structure is None else tf.nest.pack_sequence_as(structure, values, expand_composites=True)
+        return _run_imported(traced.graph_def, input_map, captures, outputs, effects, structure)
 
     whole_step.__name__ = f"{getattr(traced.function, '__name__', 'step')}_whole"
     return tf.function(whole_step, input_signature=specs, jit_compile=traced.jit_compile, autograph=False)
 
 
-__all__ = ["IMPORT_SCOPE", "Packing", "boundary_specs", "element_specs", "main_function", "pack", "plan_packing",
-           "prefetch_function", "unpack", "whole_step_function"]
+__all__ = ["IMPORT_SCOPE", "Packing", "boundary_specs", "element_specs", "main_function", "mapped_dataset", "pack",
+           "plan_packing", "prefetch_function", "unpack", "whole_step_function"]

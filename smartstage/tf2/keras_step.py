@@ -32,6 +32,7 @@ from typing import Any, Iterator
 import tensorflow as tf
 
 from smartstage.errors import SplitError
+from smartstage.tf2.functions import mapped_dataset
 from smartstage.tf2.split import SplitStep, split
 
 logger = logging.getLogger(__name__)
@@ -123,13 +124,8 @@ class ModelStepSplit:
 
     def map(self, dataset: tf.data.Dataset, tfdata_service: str | None = None) -> tf.data.Dataset:
         """`dataset` (raw batches with this split's element spec) mapped by the prefetch side, then prefetched."""
-        mapped = dataset.map(self.split.prefetch_function, num_parallel_calls=tf.data.AUTOTUNE,
-                             deterministic=self.split.deterministic)
-        if tfdata_service is not None:
-            from smartstage.tf2.service import distribute_on_service
-
-            mapped = distribute_on_service(mapped, tfdata_service)
-        return mapped.prefetch(tf.data.AUTOTUNE)
+        return mapped_dataset(dataset, self.split.prefetch_function, deterministic=self.split.deterministic,
+                              tfdata_service=tfdata_service)
 
     def step(self, element):
         """The main side on one mapped element (the boundary tensors)."""

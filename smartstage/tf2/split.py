@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from smartstage.errors import NothingToMoveError, SplitError
 from smartstage.tf2.analysis import STAGE, Analysis, analyse
-from smartstage.tf2.functions import main_function, prefetch_function
+from smartstage.tf2.functions import main_function, mapped_dataset, prefetch_function
 from smartstage.tf2.state import static_tables, step_roots
 from smartstage.tf2.surgery import Sides, cut
 from smartstage.tf2.trace import TracedStep, trace_step
@@ -154,12 +154,8 @@ def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, 
     prefetch_fn = prefetch_function(sides, traced)
     main_fn = main_function(sides, traced, traced.jit_compile if jit_compile is None else jit_compile,
                             prefetch_fn.packing)
-    mapped = dataset.map(prefetch_fn, num_parallel_calls=num_parallel_calls, deterministic=deterministic)
-    if tfdata_service is not None:
-        from smartstage.tf2.service import distribute_on_service
-
-        mapped = distribute_on_service(mapped, tfdata_service)
-    new_dataset = mapped.prefetch(tf.data.AUTOTUNE)
+    new_dataset = mapped_dataset(dataset, prefetch_fn, deterministic=deterministic,
+                                 num_parallel_calls=num_parallel_calls, tfdata_service=tfdata_service)
 
     # The concrete function, called directly: a tf.function with an input_signature binds and checks its
     # arguments in Python on every call, which cost more than the main side of a small step (about 2x here).

@@ -191,10 +191,22 @@ def time_programs(split: tuple[Callable, tf.data.Dataset], unsplit: tuple[Callab
         before:  split program and unsplit program, one of them chosen by hand
         after:   time_programs((main, mapped), (whole, raw)).pays
     """
-    source = shared_source(unsplit[1])
-    if source is not None:
-        return Verdict(skipped=f"the dataset reads through {source}, whose source a trial's iterators would "
-                               "consume", threshold=_threshold(threshold))
+    return _unread(unsplit[1], threshold) or _guarded(split, unsplit, in_function, rounds, seconds, threshold)
+
+
+def _unread(dataset: tf.data.Dataset, threshold: float | None) -> Verdict | None:
+    """The verdict for a dataset the trial must not read (shared_source), checked before anything is copied
+    or traced; None when a trial may read it."""
+    source = shared_source(dataset)
+    if source is None:
+        return None
+    return Verdict(skipped=f"the dataset reads through {source}, whose source a trial's iterators would consume",
+                   threshold=_threshold(threshold))
+
+
+def _guarded(split, unsplit, in_function: bool, rounds: int | None, seconds: float | None,
+             threshold: float | None) -> Verdict:
+    """_time_programs, with a dataset that yields nothing or a failing trial turned into a skipped verdict."""
     try:
         return _time_programs(split, unsplit, in_function, rounds, seconds, threshold)
     except (StopIteration, tf.errors.OutOfRangeError):
@@ -221,9 +233,13 @@ def _time_programs(split, unsplit, in_function: bool, rounds: int | None, second
     for name, (step, _) in programs.items():
         _run(step, iterators[name], 3)  # traced and built
     slowest = min(_run(step, iterators[name], MIN_STEPS) for name, (step, _) in programs.items())
-    steps = int(min(MAX_STEPS, max(MIN_STEPS, seconds * slowest)))
+
+    def steps_for(duration: float) -> int:  # about `duration` seconds of the slower program
+        return int(min(MAX_STEPS, max(MIN_STEPS, duration * slowest)))
+
     for name, (step, _) in programs.items():
-        _run(step, iterators[name], int(min(MAX_STEPS, max(MIN_STEPS, WARMUP_SECONDS * slowest))))
+        _run(step, iterators[name], steps_for(WARMUP_SECONDS))
+    steps = steps_for(seconds)
     rates: dict[str, list[float]] = {name: [] for name in programs}
     for round_ in range(rounds):
         order = list(programs) if round_ % 2 == 0 else list(reversed(programs))
@@ -242,8 +258,11 @@ def time_split(halves, dataset: tf.data.Dataset, *, in_function: bool = False, r
         before:  ds2, step2 = ss.tf2.split(step, ds)
         after:   time_split(ss.tf2.split(step, ds), ds).text()   # "the split step ran 1.12x the unsplit one ..."
     """
-    from smartstage.tf2.functions import main_function, whole_step_function
+    from smartstage.tf2.functions import main_function, mapped_dataset, whole_step_function
 
+    unread = _unread(dataset, threshold)
+    if unread is not None:
+        return unread
     traced = halves.traced
     try:
         copies = state_copies(halves.analysis.states, traced.captures, traced.variables)
@@ -252,12 +271,10 @@ def time_split(halves, dataset: tf.data.Dataset, *, in_function: bool = False, r
         whole = whole_step_function(traced, copies.handles).get_concrete_function()
     except Exception as e:
         return _failed(e, threshold)
-    mapped = dataset.map(halves.prefetch_function, num_parallel_calls=tf.data.AUTOTUNE,
-                         deterministic=halves.deterministic).prefetch(tf.data.AUTOTUNE)
-    return time_programs((lambda element: main(*tf.nest.flatten(element)), mapped),
-                         (lambda element: whole(*tf.nest.flatten(element, expand_composites=True)),
-                          dataset.prefetch(tf.data.AUTOTUNE)),
-                         in_function=in_function, rounds=rounds, seconds=seconds, threshold=threshold)
+    mapped = mapped_dataset(dataset, halves.prefetch_function, deterministic=halves.deterministic)
+    return _guarded((lambda element: main(*tf.nest.flatten(element)), mapped),
+                    (lambda element: whole(*tf.nest.flatten(element, expand_composites=True)),
+                     dataset.prefetch(tf.data.AUTOTUNE)), in_function, rounds, seconds, threshold)
 
 
 def _on_copies(step, dataset: tf.data.Dataset, roots: list) -> tuple[Callable, Any]:
@@ -284,13 +301,16 @@ def time_steps(split: tuple[Any, tf.data.Dataset], unsplit: tuple[Any, tf.data.D
         before:  model.fit(ds)  or  trainer.fit(halves.map(ds)), chosen by hand
         after:   time_steps((trainer_step, halves.map(ds)), (model_step, ds), [model]).pays
     """
+    unread = _unread(unsplit[1], threshold)
+    if unread is not None:
+        return unread
     try:
         split_step, split_copies = _on_copies(split[0], split[1], roots)
         unsplit_step, unsplit_copies = _on_copies(unsplit[0], unsplit[1], roots)
     except Exception as e:
         return _failed(e, threshold)
-    return time_programs((split_step, split[1]), (unsplit_step, unsplit[1].prefetch(tf.data.AUTOTUNE)),
-                         in_function=True, rounds=rounds, seconds=seconds, threshold=threshold)
+    return _guarded((split_step, split[1]), (unsplit_step, unsplit[1].prefetch(tf.data.AUTOTUNE)), True, rounds,
+                    seconds, threshold)
 
 
 __all__ = ["MAX_COPY_BYTES", "NotTimeable", "PAYS_AT", "ROUNDS", "SHARED_SOURCE_OPS", "StateCopies", "Verdict",
