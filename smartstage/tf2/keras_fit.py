@@ -141,6 +141,19 @@ def _uses_stock_steps(model) -> bool:
     return all(getattr(type(model), m) is getattr(keras.Model, m) for m in (TRAIN_STEP, TEST_STEP))
 
 
+def _build_for(model, dataset: tf.data.Dataset, strategy=None) -> None:
+    """A Keras 3 model, its optimizer, loss and metrics built for the raw batches (under its strategy), as
+    model.fit would build them, before Keras sees the split's elements; SplitError when they do not build."""
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        try:
+            model._symbolic_build(data_batch=dataset.element_spec)
+        except Exception as e:  # model.fit would fail on these batches too
+            raise SplitError(f"fit(): model {model.name!r} does not build for the dataset's element_spec "
+                             f"{dataset.element_spec!r} ({type(e).__name__}: {str(e).strip().splitlines()[0]}); "
+                             "make the dataset yield what model.fit takes, (features, labels) or (features, "
+                             "labels, sample_weight), with every input the model has") from e
+
+
 def _layer_split(model, dataset: tf.data.Dataset, deterministic: bool) -> KerasSplit | None:
     """The cached or new layer-level split of a Keras 3 functional model with stock steps; None when the layer
     route does not apply (another kind of model). SplitError when no layer can move."""
@@ -151,16 +164,10 @@ def _layer_split(model, dataset: tf.data.Dataset, deterministic: bool) -> KerasS
     except SplitError:
         return None
     strategy = _strategy(model)
+    # The model's own compile state is built before the trainer updates the metric objects they share, so
+    # model.evaluate() resets them as after model.fit (and reports the evaluation only).
+    _build_for(model, dataset, strategy)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        # The model's own compile state is built before the trainer updates the metric objects they share, so
-        # model.evaluate() resets them as after model.fit (and reports the evaluation only).
-        try:
-            model._symbolic_build(data_batch=dataset.element_spec)
-        except Exception as e:  # model.fit would fail on these batches too
-            raise SplitError(f"fit(): model {model.name!r} does not build for the dataset's element_spec "
-                             f"{dataset.element_spec!r} ({type(e).__name__}: {str(e).strip().splitlines()[0]}); "
-                             "make the dataset yield what model.fit takes, (features, labels) or (features, "
-                             "labels, sample_weight), with every input the model has") from e
         key = (model_key(model, None), deterministic)
         cached = _LAYER_SPLITS.get(id(model))
         if cached is not None and cached[0] == key and cached[1].model is model:
@@ -219,11 +226,46 @@ def _fit_layers(model, halves: KerasSplit, dataset, validation_data, callbacks, 
     return history
 
 
+def _check_strategy(model, strategy, tfdata_service) -> None:
+    """SplitError for a strategy the step route does not split: only MirroredStrategy (one worker) is."""
+    if not isinstance(strategy, tf.distribute.MirroredStrategy):
+        raise SplitError(f"fit(): model {model.name!r} trains under {type(strategy).__name__}, and SmartStage splits "
+                         "a distributed train step under tf.distribute.MirroredStrategy only; train it with "
+                         "model.fit, or under MirroredStrategy")
+    if tfdata_service is not None:
+        raise SplitError(f"fit(): model {model.name!r} trains under {type(strategy).__name__}, whose replicas each "
+                         "read their own slice of the batch, and a tf.data service job hands out whole batches; "
+                         "drop tfdata_service=, or train without the strategy")
+
+
+@contextlib.contextmanager
+def _built_from(model, strategy, dataset: tf.data.Dataset):
+    """For the duration, a Keras 3 model under a strategy builds from the raw element spec (built already by
+    _build_for), not from a first distributed batch: that batch is the boundary, averaged over the replicas."""
+    if keras_family(model) != "keras":
+        yield
+        return
+    missing = object()
+    own = model.__dict__.get("_maybe_symbolic_build", missing)
+
+    def maybe_symbolic_build(iterator=None, data_batch=None):
+        with strategy.scope():
+            model._symbolic_build(data_batch=dataset.element_spec)
+
+    object.__setattr__(model, "_maybe_symbolic_build", maybe_symbolic_build)
+    try:
+        yield
+    finally:
+        if own is missing:
+            model.__dict__.pop("_maybe_symbolic_build", None)
+        else:
+            object.__setattr__(model, "_maybe_symbolic_build", own)
+
+
 def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata_service, measure, fit_kwargs):
-    if _strategy(model) is not None:
-        raise SplitError(f"fit(): model {model.name!r} trains under {type(_strategy(model)).__name__}, and SmartStage "
-                         "splits a distributed step only at layer level (Keras 3 functional or Sequential models "
-                         "with the stock train_step); build the model that way, or train it with model.fit")
+    strategy = _strategy(model)
+    if strategy is not None:
+        _check_strategy(model, strategy, tfdata_service)
     if model.run_eagerly:
         raise SplitError(f"fit(): model {model.name!r} is compiled with run_eagerly=True, which runs its train step "
                          "as Python on every batch, and a split step is a traced function; compile it with "
@@ -231,20 +273,34 @@ def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata
     class_weight = fit_kwargs.pop("class_weight", None)
     if class_weight is not None:
         dataset = _with_class_weight(model, dataset, class_weight)
-    train = split_model_step(model, TRAIN_STEP, dataset, deterministic=deterministic)
+    if strategy is not None and keras_family(model) == "keras":
+        _build_for(model, dataset, strategy)
+    train = split_model_step(model, TRAIN_STEP, dataset, deterministic=deterministic, strategy=strategy)
     _timed(model, train, dataset, measure, tfdata_service)
     test = None
     if validation_data is not None:
         try:
-            test = split_model_step(model, TEST_STEP, validation_data, deterministic=deterministic)
+            test = split_model_step(model, TEST_STEP, validation_data, deterministic=deterministic, strategy=strategy)
         except NothingToMoveError:
             logger.info("fit(%s): nothing of the test step can move; validation runs as model.evaluate", model.name)
     logger.info("fit(%s): step route, %d op(s) of the train step moved", model.name, len(train.split.moved))
     splits = {TRAIN_STEP: train} if test is None else {TRAIN_STEP: train, TEST_STEP: test}
-    with replaced_steps(model, splits):
-        history = model.fit(train.map(dataset, tfdata_service), callbacks=callbacks,
-                            validation_data=validation_data if test is None else test.map(validation_data),
-                            **fit_kwargs)
+    if strategy is None:
+        with replaced_steps(model, splits):
+            history = model.fit(train.map(dataset, tfdata_service), callbacks=callbacks,
+                                validation_data=validation_data if test is None else test.map(validation_data),
+                                **fit_kwargs)
+    else:
+        from smartstage.tf2.replicas import distributing, substituting
+
+        # Keras keeps the raw datasets (element spec, steps, an iterator per epoch) and distributes the mapped
+        # per-replica ones in their place; each replica's step is traced with the prefetched values.
+        mapped = {id(dataset): train.map(dataset)}
+        if test is not None:
+            mapped[id(validation_data)] = test.map(validation_data)
+        with replaced_steps(model, splits), substituting(), distributing(strategy, mapped), \
+                _built_from(model, strategy, dataset):
+            history = model.fit(dataset, callbacks=callbacks, validation_data=validation_data, **fit_kwargs)
     history.smartstage = StepFit(train, test)
     return history
 

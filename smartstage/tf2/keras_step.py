@@ -119,11 +119,17 @@ class ModelStepSplit:
     split: SplitStep
     key: tuple = field(repr=False)
     keep_alive: tuple = field(default=(), repr=False)  # the compile objects the key names by identity
+    strategy: Any = field(default=None, repr=False)  # the tf.distribute strategy it was split for (replicas.py)
     trials: dict = field(default_factory=dict, repr=False, compare=False)  # fit()'s timed Verdict, kept with the split
     functions: dict = field(default_factory=dict, repr=False, compare=False)  # what Keras built around the main side
 
     def map(self, dataset: tf.data.Dataset, tfdata_service: str | None = None) -> tf.data.Dataset:
-        """`dataset` (raw batches with this split's element spec) mapped by the prefetch side, then prefetched."""
+        """`dataset` (raw batches with this split's element spec) mapped by the prefetch side, then prefetched;
+        under a strategy, its per-replica slices are (smartstage.tf2.replicas)."""
+        if self.strategy is not None:
+            from smartstage.tf2.replicas import per_replica_dataset
+
+            dataset = per_replica_dataset(self.strategy, dataset)
         return mapped_dataset(dataset, self.split.prefetch_function, deterministic=self.split.deterministic,
                               tfdata_service=tfdata_service)
 
@@ -132,7 +138,10 @@ class ModelStepSplit:
         return self.split.step(element)
 
     def summary(self) -> str:
-        return f"Keras model {self.model_name!r}, {self.method} split at op level:\n{self.split.summary()}"
+        where = "" if self.strategy is None else (
+            f" under {type(self.strategy).__name__} ({self.strategy.num_replicas_in_sync} replicas; the moved ops "
+            "of one replica's step, run on each replica's slice of the batch)")
+        return f"Keras model {self.model_name!r}, {self.method} split at op level{where}:\n{self.split.summary()}"
 
     def explain(self, node: str):
         """Why `node` of the step's graph moved or stayed (an Explanation; .text() for the sentence)."""
@@ -147,6 +156,10 @@ class ModelStepSplit:
         """
         from smartstage.tf2.compare import verify
 
+        if self.strategy is not None:
+            raise SplitError(f"verify(): {self.model_name}.{self.method} is split for {type(self.strategy).__name__}, "
+                             "whose replicas only Keras's loop runs; compare ss.tf2.fit with model.fit under the "
+                             "strategy instead (the History and the weights)")
         return verify(self.split.traced.function, dataset, steps=steps,
                       split=dataclasses.replace(self.split, dataset=self.map(dataset)))
 
@@ -173,23 +186,31 @@ def _innermost(error: Exception) -> str:
     return named[-1] if named else f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
-def split_model_step(model, method: str, dataset: tf.data.Dataset, *, deterministic: bool = True) -> ModelStepSplit:
+def split_model_step(model, method: str, dataset: tf.data.Dataset, *, deterministic: bool = True,
+                     strategy=None) -> ModelStepSplit:
     """The model's `method` ("train_step" or "test_step") traced for `dataset` and split, or the cached split
-    when nothing it depends on changed (model_key).
+    when nothing it depends on changed (model_key). With `strategy` (a MirroredStrategy the model lives in),
+    the step is split per replica (smartstage.tf2.replicas).
 
         before:  model.train_step(raw_batch)
         after:   s = split_model_step(model, "train_step", ds);  s.step(element) for element in s.map(ds)
     """
     cached = _CACHE.get(model, {}).get(method)
     if cached is not None and cached.key == model_key(model, dataset.element_spec) \
-            and cached.split.deterministic == deterministic:
+            and cached.split.deterministic == deterministic and cached.strategy is strategy:
         logger.info("%s.%s: split reused", model.name, method)
         return cached
     family = keras_family(model)
-    # Keras 3 traces its step without autograph (do_not_convert), tf_keras with it: trace as each does.
-    step = step_function(model, method, autograph=family == "tf_keras")
     try:
-        halves = split(step, dataset, deterministic=deterministic, state=[model], jit_compile=False)
+        # Keras 3 traces its step without autograph (do_not_convert), tf_keras with it: trace as each does.
+        if strategy is not None:
+            from smartstage.tf2.replicas import split_replicated
+
+            halves = split_replicated(model, method, dataset, strategy, autograph=family == "tf_keras",
+                                      deterministic=deterministic)
+        else:
+            step = step_function(model, method, autograph=family == "tf_keras")
+            halves = split(step, dataset, deterministic=deterministic, state=[model], jit_compile=False)
     except SplitError:
         raise
     except Exception as e:  # the model's own step does not trace for these batches: model.fit would fail too
@@ -197,8 +218,10 @@ def split_model_step(model, method: str, dataset: tf.data.Dataset, *, determinis
                          f"{dataset.element_spec!r} ({_innermost(e)}); make the dataset yield what "
                          f"model.fit takes, (features, labels) or (features, labels, sample_weight), with every "
                          "feature the model reads") from e
+    # Keyed after the split: its trace builds the variables of a model not built yet.
     result = ModelStepSplit(model_name=model.name, method=method, split=halves,
-                            key=model_key(model, dataset.element_spec), keep_alive=_compile_objects(model))
+                            key=model_key(model, dataset.element_spec),
+                            keep_alive=_compile_objects(model), strategy=strategy)
     _CACHE.setdefault(model, {})[method] = result
     return result
 
