@@ -298,9 +298,17 @@ def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata
         mapped = {id(dataset): train.map(dataset)}
         if test is not None:
             mapped[id(validation_data)] = test.map(validation_data)
-        with replaced_steps(model, splits), substituting(), distributing(strategy, mapped), \
-                _built_from(model, strategy, dataset):
-            history = model.fit(dataset, callbacks=callbacks, validation_data=validation_data, **fit_kwargs)
+        try:
+            with replaced_steps(model, splits), substituting(), distributing(strategy, mapped), \
+                    _built_from(model, strategy, dataset):
+                history = model.fit(dataset, callbacks=callbacks, validation_data=validation_data, **fit_kwargs)
+        except Exception as e:
+            # A replica's trace refused inside Keras's train function arrives rewrapped by autograph.
+            for part in splits.values():
+                refused, part.split.step.refused = part.split.step.refused, None
+                if refused is not None:
+                    raise refused from e
+            raise
     history.smartstage = StepFit(train, test)
     return history
 

@@ -461,6 +461,7 @@ class ReplicaStep:
         self._model = weakref.ref(model)
         self._impl = getattr(type(model), method)
         self.method, self.plan, self.packing = method, plan, packing
+        self.refused: SplitError | None = None  # why a replica's trace was refused (Keras rewraps the error)
         self.__name__ = f"{type(model).__name__}_{method}_replica"
 
     def __call__(self, element):
@@ -484,7 +485,11 @@ class ReplicaStep:
         substitution = _Substitution(plan, values, keyed)
         with _active(substitution):
             outputs = self._impl(model, data)
-        _check_and_quiet(stand_ins, substitution, plan, f"{model.name}.{self.method}")
+        try:
+            _check_and_quiet(stand_ins, substitution, plan, f"{model.name}.{self.method}")
+        except SplitError as e:
+            self.refused = e
+            raise
         return outputs
 
 

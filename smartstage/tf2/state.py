@@ -62,12 +62,16 @@ def static_tables(roots) -> dict[int, object]:
     attributes, lists, tuples and dicts (a model's layers, a module's tables, a step's closure)."""
     from tensorflow.python.ops import lookup_ops
 
+    from collections import deque
+
     found: dict[int, object] = {}
     seen: set[int] = set()
-    todo = [(r, 0) for r in roots]
+    # Breadth first: a model's layers (where its tables are) come before the depths of what else it holds.
+    todo = deque((r, 0) for r in roots)
     while todo and len(seen) < 50_000:
-        obj, depth = todo.pop()
-        if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool, tf.Tensor)):
+        obj, depth = todo.popleft()
+        if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool, tf.Tensor,
+                                                             tf.distribute.Strategy, tf.distribute.StrategyExtended)):
             continue
         seen.add(id(obj))
         if isinstance(obj, (lookup_ops.StaticHashTable, lookup_ops.StaticVocabularyTable)):

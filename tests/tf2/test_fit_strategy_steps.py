@@ -142,6 +142,27 @@ def _child(out: Path) -> None:
         strings = fm.keras3_subclassed()
     history = sst.fit(strings, fm.dataset(("user", "item", "age")), epochs=1, verbose=0)
     record["keras3_strings"] = {"loss": history.history["loss"], "moved": len(history.smartstage.train.split.moved)}
+    from smartstage.errors import SplitError
+
+    # Refused before anything changes: another strategy, a tf.data service job, verify() of a replica split.
+    refused = {}
+    one_device = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with one_device.scope():
+        ranking = fm.ranking_tf_keras()
+    with strategy.scope():
+        mirrored = fm.ranking_tf_keras()
+    for name, call in (
+            ("one_device", lambda: sst.fit(ranking, fm.dataset(("user", "item")), epochs=1, verbose=0)),
+            ("tfdata_service", lambda: sst.fit(mirrored, fm.dataset(("user", "item")), epochs=1, verbose=0,
+                                               tfdata_service="grpc://localhost:5050")),
+            ("verify", lambda: split.train.verify(fm.dataset(("user", "item"))))):
+        try:
+            call()
+            refused[name] = "ran"
+        except SplitError as e:
+            refused[name] = str(e)
+    refused["untouched"] = all("train_step" not in vars(m) and not m.built for m in (ranking, mirrored))
+    record["refused"] = refused
     (out / RECORD).write_text(json.dumps(record))
 
 
@@ -159,6 +180,11 @@ def test_step_route_under_mirrored_strategy_is_model_fit_under_it(run_eager_chil
         assert record[kind]["test_split"], kind
         assert "val_loss" in record[kind]["history"], kind
     assert record["keras3_strings"]["moved"] > 0 and record["keras3_strings"]["loss"][0] > 0
+    refused = record["refused"]
+    assert "OneDeviceStrategy" in refused["one_device"] and "MirroredStrategy only" in refused["one_device"]
+    assert "tf.data service" in refused["tfdata_service"] and "drop tfdata_service=" in refused["tfdata_service"]
+    assert "compare ss.tf2.fit with model.fit" in refused["verify"]
+    assert refused["untouched"]
 
 
 if __name__ == "__main__":
