@@ -1,4 +1,4 @@
-"""The pieces of the step route under a strategy that need no devices (smartstage.tf2.replicas): structural keys
+"""The pieces of the step route under a strategy that need no devices (smartstage.tf2.replica_keys, replica_step): structural keys
 that agree between a GraphDef and a live trace, the check that no op reads the raw stand-ins unless it moved,
 and the search for a model's tables past the strategy it holds. The route itself, against model.fit under a
 2-replica MirroredStrategy: test_fit_strategy_steps.py.
@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from smartstage.errors import SplitError
 from smartstage.graph.view import GraphView
-from smartstage.tf2 import replicas
+from smartstage.tf2 import replica_keys, replica_step
 from smartstage.tf2.state import static_tables
 
 pytestmark = pytest.mark.usefixtures("eager")
@@ -38,17 +38,16 @@ def _traced(buckets: int, table, scale):
 def _live_keys(concrete) -> dict[str, object]:
     """{op name: key} of a trace, keyed as the main side keys a replica's ops (its input is input 0)."""
     graph = concrete.graph
-    substitution = replicas._Substitution(replicas.ReplicaPlan(frozenset(), {}, {}, (), None), [],
-                                          {graph.inputs[0].ref(): ("in", 0)})
-    return {op.name: substitution.op_key(op) for op in graph.get_operations() if op.type != "Placeholder"}
+    keys = replica_keys.LiveKeys({graph.inputs[0].ref(): ("in", 0)})
+    return {op.name: keys.op_key(op) for op in graph.get_operations() if op.type != "Placeholder"}
 
 
 def _reference_keys(concrete) -> dict[str, object]:
     graph_def = concrete.graph.as_graph_def()
     view = GraphView(graph_def)
     graph = concrete.graph
-    captures = {t.op.name: replicas.capture_key(external) for external, t in graph.captures}
-    keys = replicas.reference_keys(view, {f"{graph.inputs[0].op.name}:0": 0}, captures,
+    captures = {t.op.name: replica_keys.capture_key(external) for external, t in graph.captures}
+    keys = replica_keys.reference_keys(view, {f"{graph.inputs[0].op.name}:0": 0}, captures,
                                    {n.name for n in graph_def.node})
     return {name: key for name, key in keys.items() if view.op(name) != "Placeholder"}
 
@@ -71,13 +70,13 @@ def test_an_op_reading_the_stand_ins_that_did_not_move_is_refused():
     @tf.function(autograph=False)
     def step(x):
         nonlocal plan
-        stand_in = replicas._filler(tf.TensorSpec([None], tf.string))
-        substitution = replicas._Substitution(replicas.ReplicaPlan(frozenset(), {}, {}, (), None), [],
+        stand_in = replica_step._filler(tf.TensorSpec([None], tf.string))
+        substitution = replica_step._Substitution(replica_step.ReplicaPlan(frozenset(), {}, {}, (), None), [],
                                               {stand_in.ref(): ("in", 0)})
         hashed = tf.strings.to_hash_bucket_fast(stand_in, 8)
-        plan = replicas.ReplicaPlan(frozenset({substitution.op_key(hashed.op)}), {}, {}, (), None)
+        plan = replica_step.ReplicaPlan(frozenset({substitution.op_key(hashed.op)}), {}, {}, (), None)
         tf.math.add(hashed, 1, name="not_moved")
-        replicas._check_and_quiet([stand_in], substitution, plan, "model.train_step")
+        replica_step._check_and_quiet([stand_in], substitution, plan, "model.train_step")
         return x
 
     with pytest.raises(SplitError, match=r"op 'not_moved' \(AddV2\) of a replica's step reads the raw batch"):
@@ -85,11 +84,11 @@ def test_an_op_reading_the_stand_ins_that_did_not_move_is_refused():
 
 
 def test_a_replica_step_traced_outside_fit_is_refused():
-    substitution = replicas._Substitution(replicas.ReplicaPlan(frozenset(), {}, {}, (), None), [], {})
+    substitution = replica_step._Substitution(replica_step.ReplicaPlan(frozenset(), {}, {}, (), None), [], {})
     with pytest.raises(SplitError, match="traced outside ss.tf2.fit"):
-        with replicas._active(substitution):
+        with replica_step._active(substitution):
             pass
-    with replicas.substituting(), replicas._active(substitution):
+    with replica_step.substituting(), replica_step._active(substitution):
         pass  # under fit's context it is allowed
 
 
