@@ -54,8 +54,11 @@ def _library(name: str):
     return keras
 
 
-def _loss(lib, device_ms: float):
-    bce = lib.losses.BinaryCrossentropy(from_logits=True)
+def _loss(lib, device_ms: float, per_example: bool = False):
+    if per_example:  # under a tf.distribute strategy, tf_keras takes a loss object's reduction from compile()
+        bce = lib.losses.BinaryCrossentropy(from_logits=True, reduction="none" if lib.__name__ == "tf_keras" else None)
+    else:
+        bce = lib.losses.BinaryCrossentropy(from_logits=True)
 
     def loss(y_true, logits):
         value = bce(y_true, logits)
@@ -139,7 +142,8 @@ def _inputs(lib):
 
 
 def _compile(model, lib, options: Tf2Options):
-    model.compile(optimizer=lib.optimizers.Adam(options.learning_rate * 0.02), loss=_loss(lib, options.device_ms))
+    model.compile(optimizer=lib.optimizers.Adam(options.learning_rate * 0.02),
+                  loss=_loss(lib, options.device_ms, options.per_example_loss))
     return model
 
 

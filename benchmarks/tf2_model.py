@@ -44,6 +44,7 @@ class Tf2Options:
     learning_rate: float = 0.05
     device_ms: float = 0.0
     seed: int = 0
+    per_example_loss: bool = False  # the Keras kinds' loss unreduced, Keras reduces it (as a strategy requires)
 
 
 def on_device(options: Tf2Options, device_ms: float) -> Tf2Options:

@@ -30,9 +30,11 @@ from typing import Any
 import tensorflow as tf
 
 from smartstage.errors import NothingToMoveError, SplitError
+from smartstage.tf2.attributes import overridden
 from smartstage.tf2.keras_split import KerasSplit, compile_like, graph_model, split_model
 from smartstage.tf2.keras_step import (TEST_STEP, TRAIN_STEP, ModelStepSplit, is_compiled, keras_family, model_key,
                                        replaced_steps, split_model_step, step_function)
+from smartstage.tf2.replicas import distributing, substituting
 from smartstage.tf2.trial import Verdict, time_split, time_steps
 
 logger = logging.getLogger(__name__)
@@ -245,21 +247,13 @@ def _built_from(model, strategy, dataset: tf.data.Dataset):
     if keras_family(model) != "keras":
         yield
         return
-    missing = object()
-    own = model.__dict__.get("_maybe_symbolic_build", missing)
 
     def maybe_symbolic_build(iterator=None, data_batch=None):
         with strategy.scope():
             model._symbolic_build(data_batch=dataset.element_spec)
 
-    object.__setattr__(model, "_maybe_symbolic_build", maybe_symbolic_build)
-    try:
+    with overridden(model, _maybe_symbolic_build=maybe_symbolic_build):
         yield
-    finally:
-        if own is missing:
-            model.__dict__.pop("_maybe_symbolic_build", None)
-        else:
-            object.__setattr__(model, "_maybe_symbolic_build", own)
 
 
 def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata_service, measure, fit_kwargs):
@@ -291,8 +285,6 @@ def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata
                                 validation_data=validation_data if test is None else test.map(validation_data),
                                 **fit_kwargs)
     else:
-        from smartstage.tf2.replicas import distributing, substituting
-
         # Keras keeps the raw datasets (element spec, steps, an iterator per epoch) and distributes the mapped
         # per-replica ones in their place; each replica's step is traced with the prefetched values.
         mapped = {id(dataset): train.map(dataset)}

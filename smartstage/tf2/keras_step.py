@@ -32,7 +32,9 @@ from typing import Any, Iterator
 import tensorflow as tf
 
 from smartstage.errors import SplitError
+from smartstage.tf2.attributes import overridden
 from smartstage.tf2.functions import mapped_dataset
+from smartstage.tf2.replicas import per_replica_dataset, split_replicated
 from smartstage.tf2.split import SplitStep, split
 
 logger = logging.getLogger(__name__)
@@ -127,8 +129,6 @@ class ModelStepSplit:
         """`dataset` (raw batches with this split's element spec) mapped by the prefetch side, then prefetched;
         under a strategy, its per-replica slices are (smartstage.tf2.replicas)."""
         if self.strategy is not None:
-            from smartstage.tf2.replicas import per_replica_dataset
-
             dataset = per_replica_dataset(self.strategy, dataset)
         return mapped_dataset(dataset, self.split.prefetch_function, deterministic=self.split.deterministic,
                               tfdata_service=tfdata_service)
@@ -204,8 +204,6 @@ def split_model_step(model, method: str, dataset: tf.data.Dataset, *, determinis
     try:
         # Keras 3 traces its step without autograph (do_not_convert), tf_keras with it: trace as each does.
         if strategy is not None:
-            from smartstage.tf2.replicas import split_replicated
-
             halves = split_replicated(model, method, dataset, strategy, autograph=family == "tf_keras",
                                       deterministic=deterministic)
         else:
@@ -236,23 +234,15 @@ def replaced_steps(model, splits: dict[str, ModelStepSplit]) -> Iterator[None]:
         before:  model.fit(ds)                      # model.train_function(iterator) -> model.train_step(batch)
         after:   with replaced_steps(model, {"train_step": s}): model.fit(s.map(ds))
     """
-    missing = object()
-    names = [m for m in splits] + [f for m in splits for f in _FUNCTIONS[m]]
-    saved = {name: model.__dict__.get(name, missing) for name in names}
-    try:
-        for method, part in splits.items():
-            object.__setattr__(model, method, part.step)
-            for name in _FUNCTIONS[method]:
-                object.__setattr__(model, name, part.functions.get(name))
-        yield
-    finally:
-        for method, part in splits.items():
-            part.functions.update((name, model.__dict__.get(name)) for name in _FUNCTIONS[method])
-        for name, value in saved.items():
-            if value is missing:
-                model.__dict__.pop(name, None)
-            else:
-                object.__setattr__(model, name, value)
+    attributes = {method: part.step for method, part in splits.items()}
+    attributes.update((name, part.functions.get(name)) for method, part in splits.items()
+                      for name in _FUNCTIONS[method])
+    with overridden(model, **attributes):
+        try:
+            yield
+        finally:
+            for method, part in splits.items():
+                part.functions.update((name, model.__dict__.get(name)) for name in _FUNCTIONS[method])
 
 
 __all__ = ["ModelStepSplit", "TEST_STEP", "TRAIN_STEP", "compile_identity", "is_compiled", "keras_family",

@@ -55,7 +55,6 @@ class _Substitution(LiveKeys):
     def __init__(self, plan: ReplicaPlan, values: list, keyed: dict):
         super().__init__(keyed)
         self.plan, self.values = plan, values
-        self.substituted: set[int] = set()
         self.thread = threading.get_ident()  # the replica's tracing thread
 
     def __call__(self, op_type, inputs, attrs, outputs, op_name=None, graph=None):
@@ -67,7 +66,6 @@ class _Substitution(LiveKeys):
             if index is not None:
                 replaced[port] = self.values[index]
                 self.keyed[replaced[port].ref()] = self.keyed[tensor.ref()]
-                self.substituted.add(index)
                 changed = True
         return replaced if changed else None
 

@@ -26,6 +26,7 @@ from smartstage.errors import NothingToMoveError, SplitError
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.view import GraphView
 from smartstage.tf2.analysis import Analysis, analyse
+from smartstage.tf2.attributes import overridden
 from smartstage.tf2.functions import element_specs, mapped_dataset, prefetch_function
 from smartstage.tf2.replica_keys import capture_key, reference_keys
 from smartstage.tf2.replica_step import ReplicaPlan, ReplicaStep, substituting
@@ -35,6 +36,19 @@ from smartstage.tf2.surgery import cut
 from smartstage.tf2.trace import TracedStep, trace_step
 
 logger = logging.getLogger(__name__)
+
+
+def _slice_rows(tensor, replicas: int) -> int | None:
+    """The static row count of every slice of `tensor`: known when its batch is (drop_remainder=True) and
+    splits evenly, as tf.distribute's per-replica element spec then has it."""
+    rows = tensor.shape[0] if tensor.shape.rank else None
+    return rows // replicas if rows is not None and rows % replicas == 0 else None
+
+
+def _with_rows(tensor, rows: int | None):
+    if rows is None or isinstance(tensor, tf.RaggedTensor):
+        return tensor
+    return tf.ensure_shape(tensor, [rows] + tensor.shape.as_list()[1:])
 
 
 def per_replica_dataset(strategy, dataset: tf.data.Dataset) -> tf.data.Dataset:
@@ -62,7 +76,7 @@ def per_replica_dataset(strategy, dataset: tf.data.Dataset) -> tf.data.Dataset:
 
         def replica_slice(r):
             start, stop = tf.minimum(r * size, rows), tf.minimum((r + 1) * size, rows)
-            return tf.nest.map_structure(lambda t: t[start:stop], element)
+            return tf.nest.map_structure(lambda t: _with_rows(t[start:stop], _slice_rows(t, replicas)), element)
 
         return tf.data.Dataset.range(replicas).map(replica_slice)
 
@@ -79,8 +93,6 @@ def distributing(strategy, replaced: dict[int, tf.data.Dataset]):
         before:  model.fit(raw)        # Keras: strategy.experimental_distribute_dataset(raw)
         after:   with distributing(strategy, {id(raw): mapped}): model.fit(raw)
     """
-    missing = object()
-    own = strategy.__dict__.get("experimental_distribute_dataset", missing)
     original = strategy.experimental_distribute_dataset
 
     def experimental_distribute_dataset(dataset, options=None):
@@ -89,14 +101,8 @@ def distributing(strategy, replaced: dict[int, tf.data.Dataset]):
             return original(dataset, options)
         return strategy.distribute_datasets_from_function(lambda context: mapped, options)
 
-    object.__setattr__(strategy, "experimental_distribute_dataset", experimental_distribute_dataset)
-    try:
+    with overridden(strategy, experimental_distribute_dataset=experimental_distribute_dataset):
         yield
-    finally:
-        if own is missing:
-            strategy.__dict__.pop("experimental_distribute_dataset", None)
-        else:
-            object.__setattr__(strategy, "experimental_distribute_dataset", own)
 
 
 def trace_replicated(model, method: str, spec, strategy, autograph: bool) -> tuple[TracedStep, dict]:

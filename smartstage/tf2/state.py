@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections import deque
 from dataclasses import dataclass
 
 import tensorflow as tf
@@ -61,8 +62,6 @@ def static_tables(roots) -> dict[int, object]:
     """id(resource handle) -> StaticHashTable, for every static table reachable from `roots` through object
     attributes, lists, tuples and dicts (a model's layers, a module's tables, a step's closure)."""
     from tensorflow.python.ops import lookup_ops
-
-    from collections import deque
 
     found: dict[int, object] = {}
     seen: set[int] = set()

@@ -35,3 +35,19 @@ def test_smoke_measures_every_kind_and_plots(tmp_path):
     text = (tmp_path / "tf2-latest.md").read_text()
     assert "## Keras model kinds" in text and "| keras3_featurespace | accelerator (emulated, 5 ms/step) |" in text
     assert (tmp_path / "tf2-latest.png").stat().st_size > 1000
+
+
+def test_strategy_smoke_compares_fit_and_model_fit_under_two_replicas(tmp_path):
+    #   python -m benchmarks.tf2_strategy --smoke: two tf_keras kinds, CPU and 5 ms device, 2 replicas
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.tf2_strategy", "--smoke", "--out", str(tmp_path)],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "tf2-strategy-latest.json").read_text())
+    assert [(m["kind"], m["device_ms"]) for m in result["measured"]] == [
+        ("tf_keras_functional", 0.0), ("tf_keras_subclassed", 0.0), ("tf_keras_functional", 5.0),
+        ("tf_keras_subclassed", 5.0)]
+    for m in result["measured"]:
+        assert m["losses_identical"] and m["weights_identical"] and m["moved"] > 0, m["kind"]
+        assert len(m["ratios"]) == 2 and all(r > 0 for r in m["ratios"]), m["kind"]
+    assert "| tf_keras_subclassed | device 5 ms |" in (tmp_path / "tf2-strategy-latest.md").read_text()
