@@ -1,17 +1,18 @@
 """replica_keys: structural keys that name one op the same way in a GraphDef and in a graph being traced.
 
-    reference GraphDef:  x -> StringToHashBucketFast(8) -> lookup(table) -> y    key(lookup) = (LookupTableFindV2,
-    a later trace:       x' -> StringToHashBucketFast(8) -> lookup(table) -> y'     attrs, (key(hash), table, -1))
+    reference GraphDef:  x -> StringToHashBucketFast(8) -> lookup(table) -> y    key(lookup) = digest(LookupTableFindV2,
+    a later trace:       x' -> StringToHashBucketFast(8) -> lookup(table) -> y'     attrs, key(hash), table, -1)
 
-A key is what decides an op's value: its type, its attributes (not its name, device or private `_`
-attributes) and its inputs' keys; an input of the step is ("in", k), a constant is its value, a captured
-resource is the resource (the same table in every replica) and a captured value is its contents. Two ops
-with one key compute one value from the same batch, so a value computed for one stands for the other
-(smartstage.tf2.replica_step).
+A key is a digest of what decides an op's value: its type, its attributes (not its name, device or private
+`_` attributes) and its inputs' keys; an input of the step is its position, a constant is its value, a
+captured resource is the resource (the same table in every replica) and a captured value is its contents.
+Two ops with one key compute one value from the same batch, so a value computed for one stands for the
+other (smartstage.tf2.replica_step).
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import tensorflow as tf
@@ -19,13 +20,33 @@ import tensorflow as tf
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.view import GraphView
 
-Key = Any  # ("in", k) | ("cap", id) | ("value", dtype, shape, bytes) | (op type, attributes, input keys); + a port
+# A key is a digest of what it stands for (its op's type, attributes and input keys): fixed in size, so
+# comparing and hashing keys of a deep graph costs the same as of a shallow one.
+Key = bytes
 
 
-def _attributes(node_def) -> tuple:
+def _digest(*parts: bytes) -> Key:
+    digest = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    return digest.digest()
+
+
+def input_key(index: int) -> Key:
+    """The key of the step's flat input `index`."""
+    return _digest(b"input", str(index).encode())
+
+
+def tensor_key(op_key: Key, port: int) -> Key:
+    """The key of output `port` of the op keyed `op_key`."""
+    return _digest(b"output", op_key, str(port).encode())
+
+
+def _attributes(node_def) -> list[bytes]:
     """The attributes that decide what an op computes (names, devices and private `_` attributes do not)."""
-    return tuple(sorted((k, v.SerializeToString(deterministic=True)) for k, v in node_def.attr.items()
-                        if not k.startswith("_")))
+    return [k.encode() + b"=" + v.SerializeToString(deterministic=True) for k, v in sorted(node_def.attr.items())
+            if not k.startswith("_")]
 
 
 def reference_keys(view: GraphView, received: dict[str, int], captures: dict[str, int],
@@ -34,12 +55,12 @@ def reference_keys(view: GraphView, received: dict[str, int], captures: dict[str
     step got ({tensor: flat input index}), `captures` the captured placeholders ({node: capture_key})."""
     keys: dict[str, Key] = {}
 
-    def tensor_key(tensor: str) -> Key:
+    def key_of_tensor(tensor: str) -> Key:
         t = parse_tensor_name(tensor)
         if str(t) in received:
-            return ("in", received[str(t)])
+            return input_key(received[str(t)])
         node_key = key_of(t.node)
-        return None if node_key is None else (node_key, t.port)
+        return None if node_key is None else tensor_key(node_key, t.port)
 
     def key_of(name: str) -> Key:
         if name in keys:
@@ -51,7 +72,7 @@ def reference_keys(view: GraphView, received: dict[str, int], captures: dict[str
         node = view.node(name)
         if node.op == "Placeholder":
             return None
-        inputs = tuple(tensor_key(s) for s in node.input if not s.startswith("^"))
+        inputs = tuple(key_of_tensor(s) for s in node.input if not s.startswith("^"))
         keys[name] = None if any(k is None for k in inputs) else _op_key(node, inputs)
         return keys[name]
 
@@ -61,8 +82,8 @@ def reference_keys(view: GraphView, received: dict[str, int], captures: dict[str
 
 
 def _value_key(array) -> Key:
-    return ("value", array.dtype.str, tuple(array.shape), array.tobytes() if array.dtype != object else
-            tuple(array.ravel().tolist()))
+    contents = array.tobytes() if array.dtype != object else repr(array.ravel().tolist()).encode()
+    return _digest(b"value", array.dtype.str.encode(), repr(tuple(array.shape)).encode(), contents)
 
 
 def _op_key(node_def, inputs: tuple) -> Key:
@@ -70,14 +91,14 @@ def _op_key(node_def, inputs: tuple) -> Key:
     value is (a trace inlines a small captured tensor as a Const)."""
     if node_def.op == "Const":
         return _value_key(tf.make_ndarray(node_def.attr["value"].tensor))
-    return (node_def.op, _attributes(node_def), inputs)
+    return _digest(b"op", node_def.op.encode(), *_attributes(node_def), b"inputs", *inputs)
 
 
 def capture_key(external) -> Key:
     """A captured value's key: a resource by identity (the same table in every replica), a value by its
     contents (a trace may capture a fresh copy of a constant)."""
     if getattr(external, "dtype", None) == tf.resource or not hasattr(external, "numpy"):
-        return ("cap", id(external))
+        return _digest(b"resource", str(id(external)).encode())
     return _value_key(external.numpy())
 
 
@@ -106,10 +127,11 @@ class LiveKeys:
         op = tensor.op
         if op.type == "Placeholder":
             external = _external(tensor)
-            return None if external is None else (capture_key(external), 0)  # as the reference keys captures
+            # as the reference keys a captured placeholder's output
+            return None if external is None else tensor_key(capture_key(external), 0)
         if any(k is None for k in inputs):
             return None
-        return (_op_key(op.node_def, inputs), tensor.value_index)
+        return tensor_key(_op_key(op.node_def, inputs), tensor.value_index)
 
     def key(self, tensor) -> Key:
         """The tensor's structural key (None when it reads something the reference cannot name)."""
@@ -136,4 +158,4 @@ class LiveKeys:
         return None if any(k is None for k in inputs) else _op_key(op.node_def, inputs)
 
 
-__all__ = ["Key", "LiveKeys", "capture_key", "reference_keys"]
+__all__ = ["Key", "LiveKeys", "capture_key", "input_key", "reference_keys", "tensor_key"]

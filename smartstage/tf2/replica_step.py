@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from smartstage.errors import SplitError
 from smartstage.tf2.functions import Packing, unpack
-from smartstage.tf2.replica_keys import LiveKeys
+from smartstage.tf2.replica_keys import LiveKeys, input_key
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ class ReplicaStep:
             else:
                 tensor = _filler(tf.TensorSpec(spec.shape, spec.dtype))
                 stand_ins.append(tensor)
-            keyed[tensor.ref()] = ("in", k)
+            keyed[tensor.ref()] = input_key(k)
             flat.append(tensor)
         data = tf.nest.pack_sequence_as(plan.structure, flat, expand_composites=True)
         substitution = _Substitution(plan, values, keyed)

@@ -28,7 +28,7 @@ from smartstage.graph.view import GraphView
 from smartstage.tf2.analysis import Analysis, analyse
 from smartstage.tf2.attributes import overridden
 from smartstage.tf2.functions import element_specs, mapped_dataset, prefetch_function
-from smartstage.tf2.replica_keys import capture_key, reference_keys
+from smartstage.tf2.replica_keys import capture_key, reference_keys, tensor_key
 from smartstage.tf2.replica_step import ReplicaPlan, ReplicaStep, substituting
 from smartstage.tf2.split import SplitStep
 from smartstage.tf2.state import static_tables
@@ -202,7 +202,7 @@ def split_replicated(model, method: str, dataset: tf.data.Dataset, strategy, *, 
         if str(t) in got:
             passed[got[str(t)]] = index
         elif keys.get(t.node) is not None:
-            boundary_keys[(keys[t.node], t.port)] = index
+            boundary_keys[tensor_key(keys[t.node], t.port)] = index
         else:
             raise SplitError(f"fit(): {model.name}.{method}: the boundary tensor {tensor!r} has no structural key "
                              f"(it reads an unmatched input); train this model with model.fit under the strategy")

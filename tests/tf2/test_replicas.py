@@ -38,7 +38,7 @@ def _traced(buckets: int, table, scale):
 def _live_keys(concrete) -> dict[str, object]:
     """{op name: key} of a trace, keyed as the main side keys a replica's ops (its input is input 0)."""
     graph = concrete.graph
-    keys = replica_keys.LiveKeys({graph.inputs[0].ref(): ("in", 0)})
+    keys = replica_keys.LiveKeys({graph.inputs[0].ref(): replica_keys.input_key(0)})
     return {op.name: keys.op_key(op) for op in graph.get_operations() if op.type != "Placeholder"}
 
 
@@ -72,7 +72,7 @@ def test_an_op_reading_the_stand_ins_that_did_not_move_is_refused():
         nonlocal plan
         stand_in = replica_step._filler(tf.TensorSpec([None], tf.string))
         substitution = replica_step._Substitution(replica_step.ReplicaPlan(frozenset(), {}, {}, (), None), [],
-                                              {stand_in.ref(): ("in", 0)})
+                                              {stand_in.ref(): replica_keys.input_key(0)})
         hashed = tf.strings.to_hash_bucket_fast(stand_in, 8)
         plan = replica_step.ReplicaPlan(frozenset({substitution.op_key(hashed.op)}), {}, {}, (), None)
         tf.math.add(hashed, 1, name="not_moved")
