@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 RECORD = "strategy_steps.json"
-KINDS = ("ctr_tf_keras", "ranking_tf_keras", "custom_step_tf_keras", "keras3_numeric", "custom_step_keras3")
+KINDS = ("ctr_tf_keras", "ranking_tf_keras", "custom_step_tf_keras", "keras3_numeric", "custom_step_keras3",
+         "ctr_steps_per_execution", "ranking_class_weight")
 
 
 def _keras3_numeric(clipped: bool = False):
@@ -93,6 +94,7 @@ def _child(out: Path) -> None:
 
     kinds = {
         # kind: (build, training data, validation data); 52 rows leave a last batch of 4, split 2 + 2.
+        # (Keras 3's own model.fit under a strategy fails with steps_per_execution > 1 on these models.)
         "ctr_tf_keras": (fm.ctr_tf_keras, lambda: fm.dataset(samples=52), lambda: fm.dataset(samples=24, seed=1)),
         "ranking_tf_keras": (fm.ranking_tf_keras, lambda: fm.dataset(("user", "item"), samples=52, weights=True),
                              lambda: fm.dataset(("user", "item"), samples=24, seed=1, weights=True)),
@@ -100,7 +102,11 @@ def _child(out: Path) -> None:
                                  lambda: fm.dataset(("user", "item"), samples=24, seed=1)),
         "keras3_numeric": (_keras3_numeric, numeric_dataset, lambda: numeric_dataset(1, 24)),
         "custom_step_keras3": (lambda: _keras3_numeric(clipped=True), numeric_dataset, None),
+        "ctr_steps_per_execution": (lambda: fm.ctr_tf_keras(steps_per_execution=2), lambda: fm.dataset(samples=52),
+                                    None),
+        "ranking_class_weight": (fm.ranking_tf_keras, lambda: fm.dataset(("user", "item"), samples=52), None),
     }
+    fit_arguments = {"ranking_class_weight": {"class_weight": {0: 1.0, 1: 3.0}}}
     for kind, (build, data, validation) in kinds.items():
         with strategy.scope():
             reference, model = build(), build()
@@ -109,11 +115,12 @@ def _child(out: Path) -> None:
             model(first)
         model.set_weights(reference.get_weights())
         val = None if validation is None else validation
-        expected = reference.fit(data(), epochs=2, verbose=0, validation_data=val and val())
-        history = sst.fit(model, data(), epochs=2, verbose=0, validation_data=val and val())
+        arguments = fit_arguments.get(kind, {})
+        expected = reference.fit(data(), epochs=2, verbose=0, validation_data=val and val(), **arguments)
+        history = sst.fit(model, data(), epochs=2, verbose=0, validation_data=val and val(), **arguments)
         split = history.smartstage
-        again = sst.fit(model, data(), epochs=1, verbose=0)  # the split is reused
-        reference.fit(data(), epochs=1, verbose=0)
+        again = sst.fit(model, data(), epochs=1, verbose=0, **arguments)  # the split is reused
+        reference.fit(data(), epochs=1, verbose=0, **arguments)
         entry = {
             "history": history.history, "expected_history": expected.history,
             "weights_identical": all(np.array_equal(a, b) for a, b in zip(reference.get_weights(),
