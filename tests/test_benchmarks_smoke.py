@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.benchmark_runs import REPO_ROOT, run_benchmark
 
 
 @pytest.fixture(scope="module")
@@ -149,10 +149,7 @@ def test_the_held_out_best_grid_point_is_picked_on_the_other_repeats():
 
 def test_tf2_smoke_measures_every_program(tmp_path):
     # Its own process (eager mode, TensorFlow 2's default, which the suite's conftest turns off here).
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.tf2", "--smoke", "--out", str(tmp_path)], cwd=REPO_ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_benchmark("tf2", tmp_path, "--smoke")
     result = _latest(tmp_path, "tf2")
     assert [s["device_ms"] for s in result["settings"]] == [0.0, 5.0]
     for setting in result["settings"]:
@@ -218,10 +215,7 @@ def test_the_accelerator_targets_compare_with_the_bare_step_and_the_best_alterna
 
 
 def test_accelerator_smoke_measures_every_configuration_the_bare_step_and_the_bound(tmp_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.e2e", "--accelerator", "--smoke", "--out", str(tmp_path)],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_benchmark("e2e", tmp_path, "--accelerator", "--smoke")
     (workload,) = _latest(tmp_path, "accelerator")["workloads"]
     assert workload["workload"]["device_ms"] == 2.0 and not workload["errors"]
     rates = workload["accelerator"]["rates"]
@@ -277,10 +271,7 @@ def test_accelerator_probe_finds_the_take_the_train_op_reads():
 
 
 def test_accelerator_probe_smoke_measures_every_point_and_the_bare_step(tmp_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.accelerator_probe", "--smoke", "--points", "auto,1s,2o",
-                           "--out", str(tmp_path)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_benchmark("accelerator_probe", tmp_path, "--smoke", "--points", "auto,1s,2o")
     result = _latest(tmp_path, "accelerator-probe")
     for point in ("auto", "1s", "2o"):
         (sample,) = result["samples"][point]

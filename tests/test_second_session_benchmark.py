@@ -11,19 +11,12 @@ values are identical flag off and on, and what the stage's producer built: three
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.benchmark_runs import run_benchmark
 
 
 def test_second_session_smoke_measures_both_sessions_of_both_runs(tmp_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
-    done = subprocess.run([sys.executable, "-m", "benchmarks.second_session", "--smoke", "--out", str(tmp_path)],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_benchmark("second_session", tmp_path, "--smoke")
     result = json.loads((tmp_path / "second_session-latest.json").read_text())
     assert not result["errors"] and result["identical"] == [True]
     for run in ("off", "on"):

@@ -8,20 +8,13 @@ model's, the report's table and the plot written.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 from benchmarks.tf2_kinds import KINDS
-from tests.tf2.conftest import REPO_ROOT
+from tests.benchmark_runs import run_benchmark
 
 
 def test_smoke_measures_every_kind_and_plots(tmp_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.tf2", "--smoke", "--kinds", ",".join(KINDS),
-                           "--out", str(tmp_path)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_benchmark("tf2", tmp_path, "--smoke", "--kinds", ",".join(KINDS), timeout=900)
     result = json.loads((tmp_path / "tf2-latest.json").read_text())
     assert sorted(result["kinds"]) == sorted(KINDS) and result["settings"] == []
     for kind, settings in result["kinds"].items():
@@ -39,10 +32,7 @@ def test_smoke_measures_every_kind_and_plots(tmp_path):
 
 def test_strategy_smoke_compares_fit_and_model_fit_under_two_replicas(tmp_path):
     #   python -m benchmarks.tf2_strategy --smoke: two tf_keras kinds, CPU and 5 ms device, 2 replicas
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.tf2_strategy", "--smoke", "--out", str(tmp_path)],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_benchmark("tf2_strategy", tmp_path, "--smoke", timeout=900)
     result = json.loads((tmp_path / "tf2-strategy-latest.json").read_text())
     assert [(m["kind"], m["device_ms"]) for m in result["measured"]] == [
         ("tf_keras_functional", 0.0), ("tf_keras_subclassed", 0.0), ("tf_keras_functional", 5.0),
