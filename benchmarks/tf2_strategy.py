@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -103,12 +102,11 @@ def measure(kind: str, files, options, mode: Mode, strategy) -> dict[str, Any]:
             "boundary": len(split.train.split.boundary), "rates": rates, "ratios": ratios}
 
 
-def _spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
-
-
 def report_text(result: dict[str, Any]) -> str:
-    from benchmarks.report import machine_line, markdown_table
+    from benchmarks.report import Spread, machine_line, markdown_table
+
+    def spread(values: list[float]) -> str:
+        return Spread.of(values).text(digits=2)
 
     lines = [f"# ss.tf2.fit under MirroredStrategy ({REPLICAS} replicas on logical CPU devices)", "",
              f"Run on {result['date']}. Command: `{result['command']}`. {machine_line(result['machine'])}", "",
@@ -118,7 +116,7 @@ def report_text(result: dict[str, Any]) -> str:
         setting = "CPU" if m["device_ms"] == 0 else f"device {m['device_ms']:g} ms"
         rows.append([m["kind"], setting, f"{m['moved']} / {m['boundary']}",
                      "yes" if m["losses_identical"] and m["weights_identical"] else "NO",
-                     _spread(m["rates"]["model_fit"]), _spread(m["rates"]["smartstage_fit"]), _spread(m["ratios"])])
+                     spread(m["rates"]["model_fit"]), spread(m["rates"]["smartstage_fit"]), spread(m["ratios"])])
     lines.append(markdown_table(["kind", "setting", "ops moved / boundary tensors per replica",
                                  "losses and weights identical", "model.fit steps/s", "ss.tf2.fit steps/s",
                                  "ss.tf2.fit / model.fit"], rows))

@@ -249,8 +249,7 @@ def _built_from(model, strategy, dataset: tf.data.Dataset):
         return
 
     def maybe_symbolic_build(iterator=None, data_batch=None):
-        with strategy.scope():
-            model._symbolic_build(data_batch=dataset.element_spec)
+        _build_for(model, dataset, strategy)
 
     with overridden(model, _maybe_symbolic_build=maybe_symbolic_build):
         yield
