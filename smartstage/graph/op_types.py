@@ -159,6 +159,11 @@ TAKE_OPS = DEQUEUE_OPS | {"Unstage", "TensorBufferTake"}
 FEED_OPS = {"Placeholder", "PlaceholderV2", "PlaceholderWithDefault"}
 
 
+# Ops that call back into Python (py_function, numpy_function, stateful or not): they run in the interpreter
+# that built the graph, may read or change its state, and a tf.data service worker cannot run them.
+PY_FUNC_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+
+
 VARIABLE_OPS = {"VariableV2", "Variable", "VarHandleOp", "_VarHandlesOp", "TemporaryVariable"}
 
 

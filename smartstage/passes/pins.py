@@ -18,13 +18,9 @@ import functools
 from dataclasses import dataclass
 
 from smartstage.graph.view import GraphView
-from smartstage.graph.op_types import is_stateful_op, op_def
+from smartstage.graph.op_types import PY_FUNC_OPS, is_stateful_op, op_def
 from smartstage.graph.op_types import CONTROL_FLOW_OPS, FEED_OPS, FUNCTIONAL_OPS, INPUT_OPS, MOVABLE_STATEFUL_OPS, MUTABLE_STATE_OPS, READ_ONLY_TABLE_OPS, STAGE_OPS, TABLE_READ_OPS, VARIABLE_OPS, VARIABLE_READ_OPS
 
-
-# Ops that call back into Python (py_function, numpy_function, stateful or not): they run in the
-# interpreter, may read or change its state, and a tf.data service worker cannot run them.
-PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 
 # Attributes that name the functions a functional op calls.
 _FUNCTION_ATTRS = ("then_branch", "else_branch", "cond", "body", "f", "branches")
@@ -210,7 +206,7 @@ class PinRules:
 @functools.lru_cache(maxsize=None)
 def _op_verdict(op: str) -> tuple[str, str] | None:
     """(kind, detail template) when every node of type `op` is a pin source; None when the type may move."""
-    if op in PYTHON_OPS:
+    if op in PY_FUNC_OPS:
         return "stateful", "{name} runs Python ({op}: a py_function or numpy_function), which may read or change the interpreter's state"
     if op in FEED_OPS:
         return "feed", "{name} is fed ({op})"

@@ -27,11 +27,11 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 from smartstage.errors import ConfigError
+from smartstage.graph.op_types import PY_FUNC_OPS as _PY_FUNC_OPS
 
 logger = logging.getLogger(__name__)
 
 PROCESSING_MODE = tf.data.experimental.service.ShardingPolicy.DYNAMIC  # as passes/tfdata_service.py
-_PY_FUNC_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
 
 
 def check_address(address: object) -> str:

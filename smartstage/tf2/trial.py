@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator
 
 import tensorflow as tf
 
+from smartstage.graph.op_types import PY_FUNC_OPS
 from smartstage.tf2.state import READ_ONLY_TABLE, READ_ONLY_VARIABLE, VALUE, VARIABLE, CapturedState
 
 logger = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def state_copies(states: list[CapturedState], captures, variables) -> StateCopie
 
 # Dataset ops whose source a second iterator would share or consume: Python generators and functions (a
 # generator object handed to from_generator yields each element once), and a tf.data service job.
-SHARED_SOURCE_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc", "GeneratorDataset",
+SHARED_SOURCE_OPS = PY_FUNC_OPS | frozenset({"GeneratorDataset",
                                "DataServiceDataset", "DataServiceDatasetV2", "DataServiceDatasetV3",
                                "DataServiceDatasetV4"})
 
