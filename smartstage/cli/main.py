@@ -119,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
                         "smartstage_targets collections)")
     p.add_argument("--grappler", action="store_true", help="keep TensorFlow's Grappler on in both runs (it may "
                    "fold the main side differently after the rewrite: last-bit float differences)")
-    _selection_flags(p)
+    _selection_flags(p, feeds_values=True)
     _scale_out_flags(p, " (verify then runs both graphs on a loopback cluster: a trainer and N input-task "
                         "servers on 127.0.0.1)")
     p.add_argument("--start-timeout", type=positive_int, default=60, metavar="SECONDS",
@@ -138,12 +138,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _selection_flags(p: argparse.ArgumentParser) -> None:
+def _selection_flags(p: argparse.ArgumentParser, feeds_values: bool = False) -> None:
+    """--target, --feed and --auto-stage; only verify runs the graph, so only verify's --feed takes a VALUE."""
     p.add_argument("--target", action="append", default=[], metavar="NAME",
                    help="a node the training step fetches (stays on the main side; repeatable)")
-    p.add_argument("--feed", action="append", default=[], metavar="NAME[=VALUE]",
-                   help="a node the training step feeds (repeatable); verify feeds VALUE (JSON: a number or a "
-                        "list) to it in both runs")
+    feed_help = "a node the training step feeds (stays on the main side; repeatable)"
+    if feeds_values:
+        feed_help += "; VALUE (JSON: a number or a list) is fed to it in both runs"
+    p.add_argument("--feed", action="append", default=[], metavar="NAME[=VALUE]" if feeds_values else "NAME",
+                   help=feed_help)
     p.add_argument("--auto-stage", action="store_true",
                    help="insert a stage at every input source (iterator, queue dequeue, reader) no stage covers")
 

@@ -163,3 +163,14 @@ def test_verify_of_a_queue_stage_stops_its_prefetch_threads_at_once(tmp_path, ca
     assert code == 0 and "identical" in out, err
     assert not [r for r in caplog.records if "still running" in r.getMessage()]  # no thread outlived its stop
     assert not [t for t in threading.enumerate() if t.name.startswith("smartstage-prefetch")]
+
+
+@pytest.mark.parametrize("command", ["optimize", "explain", "verify"])
+def test_feed_help_speaks_of_values_only_where_the_command_runs_the_graph(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    if command == "verify":
+        assert "--feed NAME[=VALUE]" in out and "fed to it in both runs" in out
+    else:
+        assert "--feed NAME " in out and "VALUE" not in out and "verify" not in out.split("--feed", 1)[1][:200]

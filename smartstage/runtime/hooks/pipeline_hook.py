@@ -109,7 +109,10 @@ def classify(wait_fraction: float | None, occupancy_fraction: float | None) -> s
 
 def _verdict_line(r: PipelineReport) -> str:
     wait = "?" if r.consumer_wait_ms is None else f"{r.consumer_wait_ms:.1f}"
-    fill = "?" if r.occupancy is None else f"{r.occupancy:.1f}"
+    fill = "not measured" if r.occupancy is None else f"{r.occupancy:.1f}"  # a folded stage has no size op
+    capacity = "autotuned" if r.capacity < 0 else str(r.capacity)
+    holds = (f"the buffer holds {fill} of {capacity}" if r.occupancy is not None
+             else f"the buffer's fill is {fill} (capacity {capacity})")
     if r.verdict == "input-bound" and r.folded:
         what = (f"input-bound: the step waits {wait} ms for the dataset per step ({r.step_ms:.1f} ms a step); the "
                 f"limit is the dataset's map at {r.steps_per_second:.1f} batches/s: raise num_threads (the map's "
@@ -122,11 +125,11 @@ def _verdict_line(r: PipelineReport) -> str:
                 f"the prefetch side at {r.steps_per_second:.1f} batches/s ({r.producer_ms:.1f} ms of prefetch work a "
                 f"batch on {r.lanes} lane(s)): add lanes/CPU or move work to input tasks")
     elif r.verdict == "training-bound":
-        what = (f"training-bound: the buffer stays full ({fill} of {r.capacity}); the limit is the step at "
+        what = (f"training-bound: the buffer stays full ({fill} of {capacity}); the limit is the step at "
                 f"{r.steps_per_second:.1f} steps/s ({r.step_ms:.1f} ms a step); more prefetch will not help")
     elif r.verdict == "balanced":
-        what = (f"balanced: the step waits {wait} ms of {r.step_ms:.1f} ms for input, the buffer holds {fill} of "
-                f"{r.capacity}; both sides run near {r.steps_per_second:.1f} steps/s")
+        what = (f"balanced: the step waits {wait} ms of {r.step_ms:.1f} ms for input, {holds}; both sides run near "
+                f"{r.steps_per_second:.1f} steps/s")
     else:
         what = "unknown: no sampled step read this stage yet"
     return f"stage '{r.stage}' @ step {r.step}: {what} [{r.settings}]"
