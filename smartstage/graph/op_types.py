@@ -221,6 +221,14 @@ MOVABLE_STATEFUL_OPS = RANDOM_OPS | TABLE_READ_OPS | READ_ONLY_TABLE_OPS | {"Ass
 ITERATOR_READS = {"IteratorGetNext", "IteratorGetNextSync"}
 
 
+# Iterators a MakeIterator initializes (its dataset input names the dataset); the named ones are the graph's
+# own (tf.compat.v1.data.make_initializable_iterator, Iterator.from_structure), the anonymous ones a function's.
+NAMED_ITERATORS = frozenset({"IteratorV2", "Iterator"})
+INITIALIZABLE_ITERATORS = NAMED_ITERATORS | {"AnonymousIterator", "AnonymousIteratorV2", "AnonymousIteratorV3"}
+# An iterator that builds its dataset inside its dataset_factory function.
+ONE_SHOT_ITERATORS = frozenset({"OneShotIterator"})
+
+
 QUEUE_READS = {"QueueDequeueManyV2", "QueueDequeueUpToV2", "QueueDequeueMany", "QueueDequeueUpTo"}
 
 

@@ -32,15 +32,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from tensorflow.core.framework import function_pb2, graph_pb2, types_pb2
+from tensorflow.core.framework import function_pb2, graph_pb2
 
 from smartstage.graph.edits import EditLog, apply_to_graph_def
-from smartstage.graph.op_types import (FEED_OPS, HANDLE_OPS, ITERATOR_READS, TABLE_READ_OPS,
-                                       is_ref_dtype, is_stateful_op)
-from smartstage.graph.stages import FIFO, StageBoundary
+from smartstage.graph.op_types import ITERATOR_READS
+from smartstage.graph.stages import StageBoundary
 from smartstage.graph.view import GraphView
 from smartstage.passes.dataset_map import DatasetBody, ScratchDataset, copy_scratch, scratch_dataset_graph
-from smartstage.passes.fold_fit import computed_from_batch, read_elsewhere, single_iterator_read
+from smartstage.passes.dataset_rules import SERVICE, movable_body
 from smartstage.passes.gpu.prefetch_sides import prefetch_sides
 from smartstage.passes.manager import PassContext, PassResult
 
@@ -48,8 +47,6 @@ logger = logging.getLogger(__name__)
 
 SCOPE = "tfdata_service"          # <stage>/tfdata_service/<node>: the nodes this pass adds
 PROCESSING_MODE = "dynamic"       # tf.data.experimental.service.ShardingPolicy.DYNAMIC
-_PY_FUNC_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
-_UNMOVABLE_DTYPES = {types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT}
 
 
 @dataclass(frozen=True)
@@ -68,81 +65,18 @@ class ServiceFit:
 
 
 def service_fit(view: GraphView, stage: StageBoundary, side: frozenset[str], targets: set[str]) -> ServiceFit:
-    """Which nodes of `stage`'s prefetch side fold into the dataset's map, or why none can.
+    """Which nodes of `stage`'s prefetch side fold into the dataset's map, or why none can (the checks are
+    passes/dataset_rules.py's, at its SERVICE destination).
 
         before:  it -> IteratorGetNext -> sqrt -> put          (MakeIterator(batch, it))
         after:   ServiceFit(read="IteratorGetNext", maker="MakeIterator", dataset="batch", body=("sqrt",))
     """
-    def skip(reason: str) -> ServiceFit:
-        return ServiceFit(stage.name, skipped=reason)
-
-    if stage.kind != FIFO:
-        return skip(f"a {stage.kind} stage: only FIFO-queue stages are rewritten")
-    read, why_not = single_iterator_read(view, side)
-    if why_not:
-        return skip(why_not)
-    iterator = view.data_inputs(read)[0].node
-    readers = [c for c in view.consumers(iterator) if view.op(c) in ITERATOR_READS]
-    makers = [c for c in view.consumers(iterator) if view.op(c) == "MakeIterator"]
-    if view.op(iterator) not in ("IteratorV2", "Iterator") or len(makers) != 1:
-        return skip(f"iterator {iterator!r} ({view.op(iterator)}) has {len(makers)} MakeIterator initializer(s), "
-                    "not one (a one-shot iterator builds its dataset inside a function); use "
-                    "make_initializable_iterator")
-    if readers != [read]:
-        return skip(f"iterator {iterator!r} is read by {sorted(readers)}, not only by {read!r}")
-    dataset = view.data_inputs(makers[0])[0]
-    served = sorted(n for n in view.ancestors([dataset.node]) if view.op(n).startswith("DataServiceDataset"))
-    if served:
-        return skip(f"already distributed through tf.data service (node {served[0]!r})")
-    upstream = view.ancestors([read])
-    body = [n for n in view.order() if n in side and n not in upstream and n != read]
-    body_set = set(body)
-    from_batch = computed_from_batch(view, read, body)
-    kept = []
-    for name in sorted(body, key=lambda n: view.op(n) in HANDLE_OPS):  # name the lookup, not the table
-        reason = _unmovable(view, name)
-        if not reason:
-            reason, copied = read_elsewhere(view, name, body_set | {stage.put}, targets, from_batch)
-            if copied:
-                kept.append(name)  # a copy runs in the map; the original stays for its other readers
-        if reason:
-            return skip(f"node {name!r} ({view.op(name)}) {reason}")
-    for k, dtype in enumerate(view.output_dtypes(read) or []):
-        if dtype in _UNMOVABLE_DTYPES:
-            return skip(f"node {read!r} output {k} is a {types_pb2.DataType.Name(dtype)} (a nested, sparse or ragged "
-                        "component); only dense components are folded")
-    outside = sorted(c for c in view.consumers(read) if c not in body_set | {stage.put})
-    if outside or read in targets:
-        return skip(f"node {read!r} is read outside the prefetch side ({outside or 'a target'})")
-    outputs = stage.put_data_inputs(view)
-    for t in outputs:
-        if t.node not in body_set | {read}:
-            return skip(f"node {t.node!r} ({view.op(t.node)}) feeds the put but is upstream of the iterator read")
-    tied = sorted(set(view.control_inputs(stage.put)) & (body_set | {read}))
-    if tied:
-        return skip(f"node {tied[0]!r} is a control input of the put {stage.put!r}")
-    kept_with_inputs = (view.ancestors(kept) & body_set) | set(kept)  # a kept node's inputs stay with it
-    return ServiceFit(stage.name, stage.put, read, makers[0], view.raw_inputs(makers[0])[0], tuple(body),
-                      tuple(sorted(kept_with_inputs)), tuple(str(t) for t in outputs))
-
-
-def _unmovable(view: GraphView, name: str) -> str:
-    """Why body node `name` cannot run inside a dataset function on a service worker ('' when it can)."""
-    op = view.op(name)
-    if op in TABLE_READ_OPS:
-        return "looks up a table, which lives in the trainer's process"
-    if op in _PY_FUNC_OPS:
-        return "runs Python (py_func), which a service worker cannot call"
-    if op in FEED_OPS:
-        return "is fed per step"
-    if any(view.dtype_of(t) == types_pb2.DT_RESOURCE or is_ref_dtype(view.dtype_of(t)) for t in view.data_inputs(name)):
-        return "reads a resource or variable"
-    stateful = is_stateful_op(op)
-    if stateful is None or stateful:
-        return "is stateful" if stateful else "is an op type this TensorFlow does not know"
-    if view.control_inputs(name):
-        return f"has a control input ({view.control_inputs(name)[0]!r})"
-    return ""
+    moved = movable_body(view, stage, side, targets, SERVICE)
+    if not moved.moves:
+        return ServiceFit(stage.name, skipped=moved.skipped)
+    (maker,) = moved.makers
+    return ServiceFit(stage.name, stage.put, moved.read, maker, view.raw_inputs(maker)[0], moved.body, moved.kept,
+                      moved.outputs)
 
 
 class TfDataService:
@@ -153,7 +87,7 @@ class TfDataService:
     provides = ()
 
     def run(self, graph_def: graph_pb2.GraphDef, ctx: PassContext) -> PassResult:
-        address = ctx.options.tfdata_service
+        address = ctx.options.tf_data_service
         view = ctx.view_of(graph_def)
         sides = prefetch_sides(view, ctx.stages)
         fits = {s.name: service_fit(view, s, sides.side.get(s.name, frozenset()), set(ctx.targets))
