@@ -84,3 +84,10 @@ class NothingToMoveError(SplitError):
     def __init__(self, message: str, reason: str = ""):
         super().__init__(message)
         self.reason = reason or message
+
+
+class StateChangedError(SmartStageError, RuntimeError):
+    """The state check (`check_state=True`, or SMARTSTAGE_CHECK_STATE=1) found that deciding a split (analysis,
+    tracing, the timed trial, verify) changed the user's state: a variable, a seed or generator, or the next
+    iteration of the user's dataset. The message lists what changed. Deciding must change nothing, so this is a
+    SmartStage bug; `measure=False` skips the trial meanwhile."""

@@ -50,6 +50,19 @@ def _run(step, batches, steps: int, fetches: list[str], variables: list, unpack:
     return run
 
 
+def _readable(dataset: tf.data.Dataset, caller: str) -> None:
+    """SplitError when reading `dataset` would change what it yields to training afterwards (a shuffle that
+    reshuffles each iteration, a generator, a function writing state): verify reads the batches it compares."""
+    from smartstage.errors import SplitError
+    from smartstage.tf2.user_state import iteration_changes
+
+    why = iteration_changes(dataset)
+    if why is not None:
+        raise SplitError(f"{caller}(): {why}, so reading batches to compare would change what training reads "
+                         f"next; pass {caller} a second dataset built the same way (or the same pipeline with "
+                         "reshuffle_each_iteration=False)")
+
+
 def same_batches(dataset: tf.data.Dataset, steps: int) -> tf.data.Dataset:
     """The first `steps` elements of `dataset`, drawn once: every pass over the result yields them again,
     in the same order, whatever the dataset's shuffle or random ops.
@@ -104,6 +117,7 @@ def verify(step, dataset: tf.data.Dataset, *, steps: int = 20, split=None, **spl
     from smartstage.tf2.functions import mapped_dataset
     from smartstage.tf2.split import split as split_step
 
+    _readable(dataset, "verify")
     halves = split or split_step(step, dataset, **split_kwargs)
     variables = list(halves.traced.variables)
     fetches = list(halves.traced.outputs)
@@ -129,6 +143,7 @@ def verify_fit(model, dataset: tf.data.Dataset, *, steps: int = 20, split=None) 
     """
     from smartstage.tf2.keras_split import compile_like, split_model
 
+    _readable(dataset, "verify_fit")
     halves = split or split_model(model)
     compile_like(halves.trainer, model)
     if not model.optimizer.built:

@@ -36,6 +36,7 @@ from smartstage.tf2.keras_step import (TEST_STEP, TRAIN_STEP, ModelStepSplit, is
                                        replaced_steps, split_model_step, step_function)
 from smartstage.tf2.replicas import distributing, substituting
 from smartstage.tf2.trial import Verdict, time_split, time_steps
+from smartstage.tf2.user_state import check_state_on, unchanged
 
 logger = logging.getLogger(__name__)
 
@@ -255,7 +256,8 @@ def _built_from(model, strategy, dataset: tf.data.Dataset):
         yield
 
 
-def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata_service, measure, fit_kwargs):
+def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata_service, measure, check,
+               fit_kwargs):
     strategy = _strategy(model)
     if strategy is not None:
         _check_strategy(model, strategy, tfdata_service)
@@ -268,14 +270,17 @@ def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata
         dataset = _with_class_weight(model, dataset, class_weight)
     if strategy is not None and keras_family(model) == "keras":
         _build_for(model, dataset, strategy)
-    train = split_model_step(model, TRAIN_STEP, dataset, deterministic=deterministic, strategy=strategy)
-    _timed(model, train, dataset, measure, tfdata_service)
-    test = None
-    if validation_data is not None:
-        try:
-            test = split_model_step(model, TEST_STEP, validation_data, deterministic=deterministic, strategy=strategy)
-        except NothingToMoveError:
-            logger.info("fit(%s): nothing of the test step can move; validation runs as model.evaluate", model.name)
+    with unchanged(f"fit({model.name!r}) deciding its split", model, (dataset, validation_data), on=check):
+        train = split_model_step(model, TRAIN_STEP, dataset, deterministic=deterministic, strategy=strategy)
+        _timed(model, train, dataset, measure, tfdata_service)
+        test = None
+        if validation_data is not None:
+            try:
+                test = split_model_step(model, TEST_STEP, validation_data, deterministic=deterministic,
+                                        strategy=strategy)
+            except NothingToMoveError:
+                logger.info("fit(%s): nothing of the test step can move; validation runs as model.evaluate",
+                            model.name)
     logger.info("fit(%s): step route, %d op(s) of the train step moved", model.name, len(train.split.moved))
     splits = {TRAIN_STEP: train} if test is None else {TRAIN_STEP: train, TEST_STEP: test}
     if strategy is None:
@@ -306,7 +311,7 @@ def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata
 
 def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | None = None, callbacks=None,
         deterministic: bool = True, split: KerasSplit | None = None, tfdata_service: str | None = None,
-        measure: bool = True, **fit_kwargs) -> Any:
+        measure: bool = True, check_state: bool | None = None, **fit_kwargs) -> Any:
     """Trains `model` on `dataset` as model.fit would, with its input preprocessing moved into the dataset.
 
     model: a compiled Keras 3 or tf_keras model of any kind. dataset / validation_data: batched
@@ -315,7 +320,10 @@ def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | N
     reuse (layer route). tfdata_service: a dispatcher address: the training dataset, preprocessing included,
     runs on tf.data service workers (validation data stays local). measure: time a new split against the
     model's own step on copies of its state (a few seconds, once per split) and train the model as it is when
-    the split runs slower (smartstage.tf2.trial); False splits whatever it measures. fit_kwargs: the rest of
+    the split runs slower (smartstage.tf2.trial); False splits whatever it measures. check_state: snapshot
+    the user's state (variables, seeds and generators, the dataset's next iteration) before deciding and
+    raise StateChangedError if deciding changed any of it (a debug check; default: SMARTSTAGE_CHECK_STATE=1
+    in the environment turns it on). fit_kwargs: the rest of
     model.fit's arguments (epochs, class_weight, steps_per_epoch, ...). Returns the History;
     `history.smartstage` is what was split (its summary() says what moved), or a NotSplit saying why not.
 
@@ -332,13 +340,24 @@ def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | N
         from smartstage.tf2.service import check_address
 
         tfdata_service = check_address(tfdata_service)
+    check = check_state_on(check_state)
     try:
-        halves = split or _layer_split(model, dataset, deterministic)
+        if isinstance(split, NotSplit):  # a fit that trained the model as it is: again
+            raise NothingToMoveError(split.summary(), reason=split.reason)
+        if isinstance(split, StepFit):  # the step route keeps its splits per model: reused while unchanged
+            split = None
+        if split is not None and not isinstance(split, KerasSplit):
+            raise SplitError(f"fit(): split= takes what history.smartstage held after an earlier ss.tf2.fit of this "
+                             f"model (KerasSplit, StepFit or NotSplit), not a {type(split).__name__}; drop split= "
+                             "and fit decides again")
+        with unchanged(f"fit({model.name!r}) deciding its split", model, (dataset, validation_data),
+                       on=check and split is None):
+            halves = split or _layer_split(model, dataset, deterministic)
+            if halves is not None and split is None:
+                _timed(model, halves, dataset, measure, tfdata_service)
         if halves is None:
             return _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata_service, measure,
-                              dict(fit_kwargs))
-        if split is None:
-            _timed(model, halves, dataset, measure, tfdata_service)
+                              check, dict(fit_kwargs))
     except NothingToMoveError as e:
         # Splitting would only add a map, or was timed slower: the model trains exactly as model.fit trains it,
         # and says why.

@@ -118,6 +118,7 @@ class KerasSplit:
             lines.append(f"  {'moved' if v.moved else 'kept '} {v.layer} ({v.op_type})"
                          + ("" if v.moved else f": {v.reason}"))
         lines.append(f"dataset carries ({len(self.cut)}): {', '.join(self.cut)}")
+        lines.extend(f"timed: {v.text()}" for v in self.trials.values())
         return "\n".join(lines)
 
 

@@ -99,6 +99,16 @@ def _compile_objects(model) -> tuple:
     return (model.optimizer, getattr(model, "compiled_loss", None), getattr(model, "compiled_metrics", None))
 
 
+def _weight_key(weight) -> tuple:
+    """A variable by identity, shape, dtype and whether it trains. Keras also tracks weights that are no
+    variables (tf_keras's VocabWeightHandler, which saves an adapted lookup layer's vocabulary): those by
+    identity and the table they stand for, so a new vocabulary (set_weights) is a new key."""
+    if hasattr(weight, "shape"):
+        return (id(weight), tuple(weight.shape), str(weight.dtype), bool(weight.trainable))
+    table = getattr(getattr(weight, "_layer", None), "lookup_table", None)
+    return (id(weight), type(weight).__name__, id(table))
+
+
 def model_key(model, element_spec) -> tuple:
     """What a split depends on: the element spec, every variable (identity, shape, dtype, trains or not) and
     the compile state (the cache keeps the compile objects alive, so their ids name no other object).
@@ -106,7 +116,7 @@ def model_key(model, element_spec) -> tuple:
         before:  key = model_key(model, ds.element_spec)
         after:   model.layers[-1].trainable = False;  model_key(model, ds.element_spec) != key
     """
-    variables = tuple((id(v), tuple(v.shape), str(v.dtype), bool(v.trainable)) for v in model.variables)
+    variables = tuple(_weight_key(v) for v in model.variables)
     trainable = tuple(id(v) for v in model.trainable_variables)
     return (repr(element_spec), variables, trainable, compile_identity(model))
 
@@ -141,7 +151,9 @@ class ModelStepSplit:
         where = "" if self.strategy is None else (
             f" under {type(self.strategy).__name__} ({self.strategy.num_replicas_in_sync} replicas; the moved ops "
             "of one replica's step, run on each replica's slice of the batch)")
-        return f"Keras model {self.model_name!r}, {self.method} split at op level{where}:\n{self.split.summary()}"
+        timed = [f"timed: {v.text()}" for v in self.trials.values()]
+        return "\n".join([f"Keras model {self.model_name!r}, {self.method} split at op level{where}:",
+                          self.split.summary()] + timed)
 
     def explain(self, node: str):
         """Why `node` of the step's graph moved or stayed (an Explanation; .text() for the sentence)."""

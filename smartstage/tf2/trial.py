@@ -14,8 +14,9 @@ The state the step writes (its trainable variables, optimizer slots, metric and 
 once and both programs update the copies; what the step only reads (read-only tables and variables,
 captured values) is shared. A step whose state cannot be copied (a table it writes, another kind of
 resource, more than MAX_COPY_BYTES of variables) is not timed: the split is kept, and the verdict says why.
-Nor is a dataset whose source a second iterator would consume (a Python generator, a tf.data service job:
-SHARED_SOURCE_OPS): the trial reads the user's data only where a new iterator reads it again from the start.
+Nor is a dataset whose iteration changes what its next iterator yields (user_state.iteration_changes: a
+shuffle that reshuffles each iteration, a Python generator, a function that writes state): the trial reads the
+user's data only where a new iterator reads the same elements again from the start.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import tensorflow as tf
 
 from smartstage.graph.op_types import PY_FUNC_OPS
 from smartstage.tf2.state import READ_ONLY_TABLE, READ_ONLY_VARIABLE, VALUE, VARIABLE, CapturedState
+from smartstage.tf2.user_state import iteration_changes
 
 logger = logging.getLogger(__name__)
 
@@ -110,46 +112,6 @@ def state_copies(states: list[CapturedState], captures, variables) -> StateCopie
     return StateCopies({id(v.handle): c.handle for v, c in zip(written, copies)}, tuple(copies))
 
 
-# Dataset ops whose source a second iterator would share or consume: Python generators and functions (a
-# generator object handed to from_generator yields each element once), and a tf.data service job.
-SHARED_SOURCE_OPS = PY_FUNC_OPS | frozenset({"GeneratorDataset",
-                               "DataServiceDataset", "DataServiceDatasetV2", "DataServiceDatasetV3",
-                               "DataServiceDatasetV4"})
-
-
-def shared_source(dataset: tf.data.Dataset) -> str | None:
-    """The op of `dataset`, or of a function one of its datasets runs, through which a trial's iterators would
-    take elements from the user's own source; None when a fresh iterator reads the data again from the start.
-    Walks the dataset objects and their functions' graphs (not the data: a dataset of in-memory arrays is
-    not serialized).
-
-        before:  tf.data.TextLineDataset(path).batch(8)             -> None
-        after:   tf.data.Dataset.from_generator(gen, ...).batch(8)  -> "GeneratorDataset"
-    """
-    todo, seen = [dataset], set()
-    while todo:
-        current = todo.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if "DataService" in type(current).__name__:
-            return type(current).__name__
-        for value in vars(current).values():
-            graph = getattr(getattr(value, "function", None), "graph", None)
-            if graph is None:
-                continue
-            graph_def = graph.as_graph_def()
-            ops = [n.op for n in graph_def.node] + [n.op for f in graph_def.library.function for n in f.node_def]
-            found = next((op for op in ops if op in SHARED_SOURCE_OPS), None)
-            if found is not None:
-                return found
-        try:
-            todo.extend(current._inputs())
-        except (AttributeError, NotImplementedError):  # a dataset that does not list its inputs: not walked on
-            pass
-    return None
-
-
 def _threshold(threshold: float | None) -> float:
     return PAYS_AT if threshold is None else threshold
 
@@ -196,13 +158,12 @@ def time_programs(split: tuple[Callable, tf.data.Dataset], unsplit: tuple[Callab
 
 
 def _unread(dataset: tf.data.Dataset, threshold: float | None) -> Verdict | None:
-    """The verdict for a dataset the trial must not read (shared_source), checked before anything is copied
-    or traced; None when a trial may read it."""
-    source = shared_source(dataset)
-    if source is None:
+    """The verdict for a dataset the trial must not read (user_state.iteration_changes: reading it would change
+    what training reads next), checked before anything is copied or traced; None when a trial may read it."""
+    why = iteration_changes(dataset)
+    if why is None:
         return None
-    return Verdict(skipped=f"the dataset reads through {source}, whose source a trial's iterators would consume",
-                   threshold=_threshold(threshold))
+    return Verdict(skipped=why, threshold=_threshold(threshold))
 
 
 def _guarded(split, unsplit, in_function: bool, rounds: int | None, seconds: float | None,
@@ -314,5 +275,5 @@ def time_steps(split: tuple[Any, tf.data.Dataset], unsplit: tuple[Any, tf.data.D
                     seconds, threshold)
 
 
-__all__ = ["MAX_COPY_BYTES", "NotTimeable", "PAYS_AT", "ROUNDS", "SHARED_SOURCE_OPS", "StateCopies", "Verdict",
-           "shared_source", "state_copies", "time_programs", "time_split", "time_steps"]
+__all__ = ["MAX_COPY_BYTES", "NotTimeable", "PAYS_AT", "ROUNDS", "StateCopies", "Verdict", "state_copies",
+           "time_programs", "time_split", "time_steps"]

@@ -20,6 +20,7 @@ from smartstage.tf2 import keras_fit, trial
 from smartstage.tf2.keras_fit import NotSplit, StepFit
 from smartstage.tf2.split import split
 from smartstage.tf2.trial import Verdict, time_split
+from smartstage.tf2.user_state import iteration_changes
 from tests.tf2 import fit_models as fm
 from tests.tf2.fit_support import assert_same_weights, batch_losses, identical  # noqa: F401
 
@@ -131,7 +132,7 @@ def test_a_dataset_reading_a_python_generator_is_not_timed(quick_trial):
     assert verdict.pays and verdict.text() == ("not timed (the dataset reads through GeneratorDataset, whose source "
                                                "a trial's iterators would consume)")
     assert len(list(tags)) == 64  # the trial took nothing from the user's generator
-    assert trial.shared_source(dataset) is None and trial.shared_source(dataset.map(lambda b: b).batch(2)) is None
+    assert iteration_changes(dataset) is None and iteration_changes(dataset.map(lambda b: b).batch(2)) is None
 
 
 def test_an_empty_dataset_is_not_timed(quick_trial):
