@@ -36,7 +36,15 @@ NARRATIVE = re.compile(
     r"|\bI (?:have|had|ran|found|measured|did|could|think|tried|saw)\b"
     r"|\bcommit [0-9a-f]{7,40}\b"
     r"|\bbefore this change\b"
-    r"|\bmeasured here\b",
+    r"|\bmeasured here\b"
+    r"|\bthe issue's reporter\b|\bthe reporter\b"
+    r"|\bthe versions? read here\b"
+    r"|\bon this (?:[0-9]+-core )?(?:host|machine)\b"
+    r"|\bas before\b"
+    r"|\bno longer\b"
+    r"|\bthis (?:session|run|change|commit)\b"
+    r"|\b(?:found|fixed) (?:and fixed|here)\b"
+    r"|\bwe (?:found|measured|ran|saw|fixed)\b",
     re.IGNORECASE,
 )
 # A commit hash in prose: 7-40 hex digits with at least one digit and one letter, outside code.
@@ -72,6 +80,11 @@ def test_narrative_check_catches_what_it_should_and_ignores_code():
     assert NARRATIVE.search("a run at 01:31 UTC printed 1.12x")
     assert NARRATIVE.search("measured two sessions ago, not re-run")
     assert NARRATIVE.search("I have not found why")
+    for phrase in ("a version the issue's reporter ran", "the versions read here call it", "on this host both cores",
+                   "on this 2-core host", "the loop runs as before", "the shape no longer crosses",
+                   "measured in this session", "a hang found and fixed"):
+        assert NARRATIVE.search(phrase), phrase
+    assert not NARRATIVE.search("the host's two cores run both sides; a session rewrites what it runs")
     assert HASH.search("the put before 32221d2 ran")
     assert not NARRATIVE.search(prose("```\nstep 12:00 UTC\n```"))
     assert not HASH.search(prose("`sha256:0a1b2c3d4e5f`, a fetch of `deadbeef12`"))
