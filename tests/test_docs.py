@@ -187,3 +187,22 @@ def test_anchors_are_githubs():
     slugs = anchors(ROOT / "README.md")
     assert {"when-it-helps-and-when-it-does-not", "three-ways-in", "quick-start"} <= slugs
     assert "my-checkpoint-restore-skips-or-repeats-records" in anchors(ROOT / "docs" / "troubleshooting.md")
+
+
+def test_errors_page_lists_every_exception_type():
+    """docs/errors.md has a row (raised when, fix) for every exception class smartstage/errors.py defines."""
+    import inspect
+
+    from smartstage import errors
+
+    defined = [name for name, obj in vars(errors).items()
+               if inspect.isclass(obj) and issubclass(obj, errors.SmartStageError) and obj is not errors.SmartStageError]
+    rows = {m.group(1) for m in re.finditer(r"^\| `(\w+)` \|", (ROOT / "docs" / "errors.md").read_text(), re.MULTILINE)}
+    missing = sorted(set(defined) - rows)
+    assert defined and not missing, f"docs/errors.md has no row for {missing}: say when each is raised and the fix"
+
+
+def test_troubleshooting_covers_the_first_errors():
+    text = (ROOT / "docs" / "troubleshooting.md").read_text()
+    for name in ("EagerModeError", "TargetError", "must be a tf.ConfigProto", "(errors.md)"):
+        assert name in text, f"docs/troubleshooting.md does not cover {name!r}"
