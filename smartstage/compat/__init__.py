@@ -27,8 +27,9 @@ from __future__ import annotations
 import tensorflow as _tf
 
 from smartstage.config.deeprec import ConfigProto, deeprec_smart_stage_options
-from smartstage.runtime import make_prefetch_hook, mark_target_node, staged
+from smartstage.runtime import mark_target_node, staged
 from smartstage.session.monitored import MonitoredTrainingSession
+from smartstage.session.prefetch_hook import make_prefetch_hook
 from smartstage.session.session import Session
 
 from . import imports, sessions

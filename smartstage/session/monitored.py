@@ -26,6 +26,7 @@ from smartstage.graph.eager import require_graph_mode
 from smartstage.session.fetches import FetchMapper
 from smartstage.session.record import LiveRewrite
 from smartstage.session.live_rewrite import adopt_late_ops
+from smartstage.session.prefetch_hook import FoldingPrefetchHook
 from smartstage.runtime import PrefetchHook, stage_defs
 from smartstage.session.session import prepare_graph, session_config
 
@@ -174,6 +175,9 @@ def smart_hooks(graph: tf.Graph, options: SmartStageOptions, hooks=None, chief_o
     hooks = list(hooks or [])
     chief_only_hooks = list(chief_only_hooks or [])
     require_prefetch_hook(graph, hooks + (chief_only_hooks if is_chief else []))
+    for hook in hooks + chief_only_hooks:
+        if isinstance(hook, FoldingPrefetchHook):
+            hook.leave_to_session(graph)  # this session's flags decide what folds (tf_data_stage="lanes" too)
     record = prepare_graph(graph, options, targets)
     require_prefetch_hook(graph, hooks + (chief_only_hooks if is_chief else []))  # stages auto-stage inserted
     mapper = FetchMapper(record)

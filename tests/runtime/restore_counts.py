@@ -57,11 +57,16 @@ def _run(args: list[str], expect_kill: bool) -> subprocess.CompletedProcess:
 
 
 def kill_and_resume(directory: Path, mode: str, threads: int = 1, capacity: int = 4, records: int = 400,
-                    tf_data_stage: str = "", extra: tuple[str, ...] = ()) -> RestoreCounts:
-    """Trains until a checkpoint past step 30, runs 3 steps more, SIGKILL; resumes from the checkpoint to the end."""
+                    tf_data_stage: str = "", session: str = "smartstage", extra: tuple[str, ...] = ()
+                    ) -> RestoreCounts:
+    """Trains until a checkpoint past step 30, runs 3 steps more, SIGKILL; resumes from the checkpoint to the end.
+
+    session: "smartstage" (smartstage.MonitoredTrainingSession) or "stock" (the stock one with make_prefetch_hook()).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     common = ["--mode", mode, "--dir", str(directory), "--threads", str(threads), "--capacity", str(capacity),
-              "--records", str(records), *(["--tf-data-stage", tf_data_stage] if tf_data_stage else []), *extra]
+              "--records", str(records), "--session", session,
+              *(["--tf-data-stage", tf_data_stage] if tf_data_stage else []), *extra]
     _run([*common, "--phase", "kill"], expect_kill=True)
     _run([*common, "--phase", "resume"], expect_kill=False)
     return count(directory / "steps.log", records)

@@ -5,6 +5,8 @@
         SIGKILLs itself --kill-after steps after the first checkpoint past --kill-at-step
     python -m tests.runtime.restore_job --mode off --threads 4 --capacity 40 --dir D --phase resume
         restores the latest checkpoint and trains to the end of input
+    --session stock: the same job in a stock tf.compat.v1.train.MonitoredTrainingSession with
+        make_prefetch_hook() (no SmartStage config), instead of smartstage.MonitoredTrainingSession
 
 Each step appends "<phase> <global step> <ids...>" to D/steps.log (flushed and fsynced before the next
 step), the ids being what the step's own fetches carried: the record ids of the batch the model trained
@@ -128,6 +130,8 @@ def main(argv=None) -> int:
     parser.add_argument("--kill-at-step", type=int, default=30, help="kill after the first checkpoint from here")
     parser.add_argument("--kill-after", type=int, default=3, help="steps run after that checkpoint, then SIGKILL")
     parser.add_argument("--tf-data-stage", default="", help="SmartStageOptions.tf_data_stage ('' = default)")
+    parser.add_argument("--session", choices=["smartstage", "stock"], default="smartstage",
+                        help="smartstage.MonitoredTrainingSession, or the stock one with make_prefetch_hook()")
     args = parser.parse_args(argv)
 
     import smartstage as ss
@@ -139,13 +143,17 @@ def main(argv=None) -> int:
         # runs after the restore and would rewind it).
         init_op=tf.group(tf.compat.v1.global_variables_initializer(), iterator.initializer),
         local_init_op=tf.group(tf.compat.v1.local_variables_initializer(), tf.compat.v1.tables_initializer()))
-    hooks = [] if args.mode == "prefetch" else [ss.make_prefetch_hook()]
+    if args.session == "stock":
+        hooks = [ss.make_prefetch_hook(tf_data_stage=args.tf_data_stage or "fold")]
+        session, config = tf.compat.v1.train.MonitoredTrainingSession, None
+    else:
+        hooks = [] if args.mode == "prefetch" else [ss.make_prefetch_hook()]
+        session, config = ss.MonitoredTrainingSession, _config(args)
     log = open(os.path.join(args.dir, "steps.log"), "a")
     killing_from = None
-    with ss.MonitoredTrainingSession(checkpoint_dir=os.path.join(args.dir, "ckpt"), scaffold=scaffold,
-                                     hooks=hooks, config=_config(args), save_checkpoint_steps=args.save_steps,
-                                     save_checkpoint_secs=None, save_summaries_steps=None,
-                                     save_summaries_secs=None, log_step_count_steps=None) as sess:
+    with session(checkpoint_dir=os.path.join(args.dir, "ckpt"), scaffold=scaffold, hooks=hooks, config=config,
+                 save_checkpoint_steps=args.save_steps, save_checkpoint_secs=None, save_summaries_steps=None,
+                 save_summaries_secs=None, log_step_count_steps=None) as sess:
         while not sess.should_stop():
             ids, step = sess.run([trained_ids, step_after])
             log.write(f"{args.phase} {step} {' '.join(str(i) for i in ids)}\n")

@@ -4,7 +4,8 @@
     resume job:  restores step 30 and the iterator, trains to the end of input
     counted:     the ids the kill job's steps 1..30 trained + the ids the resume job trained == each id once
 
-A folded tf.data stage (the default, tf_data_stage="fold", flag on and off) restores exactly, as plain
+A folded tf.data stage (the default, tf_data_stage="fold", flag on and off, and in a stock
+MonitoredTrainingSession whose make_prefetch_hook() folds it in begin()) restores exactly, as plain
 `dataset.prefetch` does: its buffer is tf.data's, saved with the position. Lanes (`tf_data_stage="lanes"`)
 restore as stock queues do: the iterator's position is past what the buffer held, and those records are
 lost; the test asserts that too, so the count is shown to catch a loss.
@@ -34,9 +35,17 @@ def test_folded_stage_restores_every_record_once(tmp_path, mode, threads, capaci
     _assert_exact(kill_and_resume(tmp_path, mode=mode, threads=threads, capacity=capacity))
 
 
-@pytest.mark.parametrize("mode, threads, capacity", [("off", 4, 40), ("on", 1, 4)])
-def test_lanes_lose_what_their_buffer_held(tmp_path, mode, threads, capacity):
-    counts = kill_and_resume(tmp_path, mode=mode, threads=threads, capacity=capacity, tf_data_stage="lanes")
+@pytest.mark.parametrize("capacity", [4, 40])
+@pytest.mark.parametrize("threads", [1, 4])
+def test_stock_session_with_the_prefetch_hook_restores_every_record_once(tmp_path, threads, capacity):
+    _assert_exact(kill_and_resume(tmp_path, mode="off", threads=threads, capacity=capacity, session="stock"))
+
+
+@pytest.mark.parametrize("mode, threads, capacity, session", [
+    ("off", 4, 40, "smartstage"), ("on", 1, 4, "smartstage"), ("off", 4, 40, "stock")])
+def test_lanes_lose_what_their_buffer_held(tmp_path, mode, threads, capacity, session):
+    counts = kill_and_resume(tmp_path, mode=mode, threads=threads, capacity=capacity, tf_data_stage="lanes",
+                             session=session)
     assert counts.resumed_ended and counts.repeated == [], counts.describe()
     # The buffer held at least one batch of 4 records ahead of the checkpointed step (it fills while the
     # checkpoint is written), and the restore skips whole batches.

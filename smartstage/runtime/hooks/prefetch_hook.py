@@ -42,8 +42,10 @@ class PrefetchHook(tf.compat.v1.train.SessionRunHook):
     it) stops that stage's threads before the run and empties and refills the stage after it
     (smartstage.runtime.hooks.reinit).
 
-    A stage a SmartStage session folded into its dataset has left the graph: the hook starts nothing for
-    it, so a script keeps its hooks whichever way its stages run.
+    A stage folded into its dataset has left the graph: the hook starts nothing for it, so a script keeps its
+    hooks whichever way its stages run. This hook folds nothing itself (the runtime never rewrites a graph):
+    smartstage.make_prefetch_hook() (session/prefetch_hook.py) is this hook with a begin() that folds the
+    tf.data stages first.
     """
 
     def __init__(self, stages: Iterable[StageDef | str] | None = None):
@@ -106,9 +108,10 @@ class PrefetchHook(tf.compat.v1.train.SessionRunHook):
 
 
 def make_prefetch_hook(stages: Iterable[StageDef | str] | None = None) -> PrefetchHook:
-    """A SessionRunHook that starts the prefetch threads of the session's stages (all by default).
+    """A SessionRunHook that starts the prefetch threads of the session's stages (all by default), every stage
+    on lanes; smartstage.make_prefetch_hook() folds the tf.data stages into their datasets first.
 
         before:  MonitoredTrainingSession()                                   # a staged step fails
-        after:   MonitoredTrainingSession(hooks=[smartstage.make_prefetch_hook()])
+        after:   MonitoredTrainingSession(hooks=[smartstage.runtime.make_prefetch_hook()])
     """
     return PrefetchHook(stages)
