@@ -152,9 +152,9 @@ class Config:
             entry.parameter_map["tf_data_stage"].s = self.tf_data_stage.encode()
             return config
         if self.stage != "auto":
-            return ss.enable_smart_stage(config, gpu=gpu, tf_data_stage=self.tf_data_stage)
+            return ss.enable_smart_stage(config, do_smart_stage_gpu=gpu, tf_data_stage=self.tf_data_stage)
         arguments = stage_arguments(workload, capacity) if workload is not None else {"capacity": capacity}
-        return ss.enable_smart_stage(config, gpu=gpu, auto_stage=ss.AutoStageOptions(**arguments),
+        return ss.enable_smart_stage(config, do_smart_stage_gpu=gpu, auto_stage=ss.AutoStageOptions(**arguments),
                                      tf_data_stage=self.tf_data_stage)
 
 

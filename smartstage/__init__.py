@@ -12,22 +12,21 @@ from __future__ import annotations
 
 import importlib
 
-from smartstage.errors import (
-    ConfigError,
-    EagerModeError,
-    GraphError,
-    NoStageError,
-    NothingToMoveError,
-    PassError,
-    SmartStageError,
-    SplitError,
-    StageRuntimeError,
-    TargetError,
-    VerificationError,
-)
+from smartstage import errors as _errors
+
+# Every error type of smartstage.errors (SmartStageError and its subclasses), each under its own name.
+_ERRORS = {name: value for name, value in vars(_errors).items()
+           if isinstance(value, type) and issubclass(value, _errors.SmartStageError)}
+globals().update(_ERRORS)
 
 _LAZY = {
     "smartstage.inspection.replay": ("Comparison", "compare_runs", "run_steps"),
+    "smartstage.inspection.loopback": ("LoopbackCluster", "LoopbackClusterError"),
+    "smartstage.inspection.placement": ("placement_lines", "stage_placements"),
+    "smartstage.inspection.render": ("dot_source", "html_report", "json_report", "svg_drawing", "text_report",
+                                     "write_tensorboard"),
+    "smartstage.inspection.render.dot": ("GraphvizMissing",),
+    "smartstage.graph.view": ("GraphView",),
     "smartstage.config.deeprec": ("ConfigProto",),
     "smartstage.config.options": ("AutoStageOptions", "SmartStageOptions", "enable_smart_stage", "options_from_config",
                                   "to_session_config"),
@@ -42,22 +41,24 @@ _LAZY = {
     "smartstage.protos": ("STAGES_COLLECTION", "TARGETS_COLLECTION"),
     "smartstage.runtime": ("AUTOTUNE", "PipelineHook", "PipelineReport", "PrefetchHook", "PrefetchThreads",
                            "make_pipeline_hook", "mark_target_node",
-                           "stage_defs", "stage_defs_from_meta_graph", "staged", "start_prefetch_threads",
-                           "target_node_names"),
+                           "run_initializer", "stage_defs", "stage_defs_from_meta_graph", "staged",
+                           "start_prefetch_threads", "target_node_names"),
     "smartstage.session.session": ("Session",),
     "smartstage.inspection.verify_rewrite": ("RewriteCheck", "verify_rewrite"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
-__all__ = sorted(
-    ["ConfigError", "EagerModeError", "GraphError", "NoStageError", "NothingToMoveError", "PassError",
-     "SmartStageError", "SplitError", "StageRuntimeError", "TargetError", "VerificationError", *_MODULE_OF]
-)
+__all__ = sorted([*_ERRORS, *_MODULE_OF])
+
+# Subpackages reachable as attributes after `import smartstage as ss` (ss.tf2.fit, ss.runtime.staged, ...),
+# imported on first use like every name here.
+_SUBPACKAGES = ("compat", "config", "errors", "examples", "graph", "inspection", "passes", "protos", "runtime",
+                "session", "tf2")
 
 
 def __getattr__(name: str):
-    if name == "tf2":  # the TF2 entry points (smartstage.tf2), imported on first use like every name here
-        return importlib.import_module("smartstage.tf2")
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"smartstage.{name}")
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'smartstage' has no attribute {name!r}")

@@ -17,6 +17,7 @@ from dataclasses import fields
 from tensorflow.core.protobuf import meta_graph_pb2
 
 from smartstage.config.options import SmartStageOptions, options_from_config
+from smartstage.config.renamed import renamed_keywords
 from smartstage.errors import ConfigError, TargetError
 from smartstage.graph.edits import stage_defs_after
 from smartstage.graph.names import parse_tensor_name
@@ -140,6 +141,7 @@ def optimize(graph, config=None, *, targets=None, feeds=None, **overrides) -> Op
 
 def _optimize(graph, config, targets, feeds, overrides) -> OptimizeResult:
     start = time.perf_counter()
+    overrides = renamed_keywords("optimize()", overrides)
     _check_overrides(overrides)
     target_list, feed_list = _names(targets, "targets"), _names(feeds, "feeds")
     options = options_from_config(config, **overrides)

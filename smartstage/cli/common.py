@@ -26,14 +26,14 @@ def print_error(message: str) -> None:
 def options_from_args(args, gpu: bool = False):
     from smartstage.config.options import enable_smart_stage
 
-    return enable_smart_stage(gpu=gpu, auto_stage=True if args.auto_stage else None, **scale_out_options(args))
+    return enable_smart_stage(do_smart_stage_gpu=gpu, auto_stage=True if args.auto_stage else None, **scale_out_options(args))
 
 
 def scale_out_options(args) -> dict:
     """The scale-out flags as SmartStageOptions fields: --input-job/--input-tasks/--input-mode, or
-    --tfdata-service ADDRESS (input_mode 'tfdata_service'); {} when none is given."""
+    --tfdata-service ADDRESS (input_mode 'tf_data_service'); {} when none is given."""
     if getattr(args, "tfdata_service", None):
-        return {"input_mode": "tfdata_service", "tfdata_service": args.tfdata_service}
+        return {"input_mode": "tf_data_service", "tf_data_service": args.tfdata_service}
     if getattr(args, "input_job", None):
         return {"input_job": args.input_job, "input_tasks": args.input_tasks, "input_mode": args.input_mode}
     return {}

@@ -113,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="run the graph before and after optimizing; compare every fetched value")
     p.add_argument("graph", metavar="GRAPH")
-    p.add_argument("--steps", type=positive_int, default=10, help="steps to run each graph (default 10)")
+    p.add_argument("--steps", type=positive_int, default=20, help="steps to run each graph (default 20)")
     p.add_argument("--fetch", action="append", default=[], metavar="NAME",
                    help="a tensor or op to fetch and compare (repeatable; default: the train_op, losses and "
                         "smartstage_targets collections)")

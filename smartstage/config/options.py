@@ -27,6 +27,7 @@ Auto-stage (a stage at every input source, no staged() needed), both spellings:
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -38,6 +39,8 @@ from smartstage.config.error_codes import OUT_OF_RANGE, error_codes
 from smartstage.errors import ConfigError
 from smartstage.protos import AUTOTUNE
 from smartstage.config.deeprec import is_deeprec_config, deeprec_gpu_flag, deeprec_smart_stage_options
+from smartstage.config.renamed import (ENABLE_RENAMES, INPUT_MODE_RENAMES, renamed_input_mode, renamed_keywords,
+                                       warn_renamed)
 
 OPTIMIZER_NAME = "SmartStage"
 
@@ -52,22 +55,35 @@ class AutoStageOptions:
 
     # AUTOTUNE (smartstage.AUTOTUNE): the prefetch threads pick the lanes, the capacity and the pool (the
     # shared one or the session's prefetch pool) while training, batches in input order either way
-    # (docs/runtime.md). use_stage_subgraph_thread_pool=True without an index means pool 0, as in staged()
-    # and DeepRec.
+    # (docs/runtime.md). The pool takes what staged() takes, with staged()'s defaults:
+    # use_stage_subgraph_thread_pool True (pool stage_subgraph_thread_pool_id), False (the session's shared
+    # pool) or AUTOTUNE (tried while training; so is an index of AUTOTUNE). A tuned pool is recorded as
+    # (AUTOTUNE, AUTOTUNE), so every spelling of it compares equal.
     capacity: int = AUTOTUNE
     num_threads: int = AUTOTUNE
     num_clients: int = 1
     timeout_millis: int = 300000
     closed_exception_types: tuple = (OUT_OF_RANGE,)
     ignored_exception_types: tuple = ()
-    use_stage_subgraph_thread_pool: bool = False
-    stage_subgraph_thread_pool_id: int = AUTOTUNE
+    use_stage_subgraph_thread_pool: bool | int = AUTOTUNE
+    stage_subgraph_thread_pool_id: int = 0
     stage_subgraph_stream_id: int = 0
     name: str = "smart_stage"
 
     def __post_init__(self) -> None:
-        if self.use_stage_subgraph_thread_pool and self.stage_subgraph_thread_pool_id == AUTOTUNE:
-            object.__setattr__(self, "stage_subgraph_thread_pool_id", 0)  # staged()'s and DeepRec's default index
+        use = self.use_stage_subgraph_thread_pool
+        if not isinstance(use, bool) and use != AUTOTUNE:
+            raise ConfigError(f"AutoStageOptions(): use_stage_subgraph_thread_pool={use!r}; pass True, False or "
+                              "smartstage.AUTOTUNE, as staged() takes")
+        if self.tuned_pool:
+            object.__setattr__(self, "use_stage_subgraph_thread_pool", AUTOTUNE)
+            object.__setattr__(self, "stage_subgraph_thread_pool_id", AUTOTUNE)
+
+    @property
+    def tuned_pool(self) -> bool:
+        """The pool is tried while training: staged()'s rule, either setting AUTOTUNE."""
+        use = self.use_stage_subgraph_thread_pool
+        return (not isinstance(use, bool) and use == AUTOTUNE) or self.stage_subgraph_thread_pool_id == AUTOTUNE
 
 
 @dataclass(frozen=True)
@@ -83,10 +99,13 @@ class SmartStageOptions:
     # Scale-out (docs/scale-out.md): the prefetch side on the tasks of this job of the cluster.
     input_job: str | None = None
     input_tasks: int = 0                # tasks of input_job; 0: read from the config's cluster_def
-    input_mode: str = "central"         # "central" (the trainer reads, tasks compute), "sharded" or "tfdata_service"
+    input_mode: str = "central"         # "central" (the trainer reads, tasks compute), "sharded" or "tf_data_service"
     input_lanes_per_task: int = 1
     input_timeout_millis: int = 60000   # a prefetch run on an input task fails after this long
-    tfdata_service: str | None = None   # input_mode="tfdata_service": the dispatcher, "grpc://host:port"
+    # input_mode="tf_data_service": the tf.data service's dispatcher, "grpc://host:port" (what
+    # tf.data.experimental.service.distribute takes as `service`). Not tf_data_stage: that one says how a
+    # stage reading a tf.data iterator runs in this process.
+    tf_data_service: str | None = None
     # Whether the sessions that run the optimized graph rewrite it with Grappler (the config's
     # rewrite_options.disable_meta_optimizer off): a body folded into a dataset's map is rewritten the same
     # way, so the moved ops give the values they give in the step.
@@ -103,6 +122,24 @@ class SmartStageOptions:
     def enabled(self) -> bool:
         return self.do_smart_stage or self.do_smart_stage_gpu or self.auto_stage is not None
 
+    @property
+    def tfdata_service(self) -> str | None:
+        """Deprecated spelling of tf_data_service (FutureWarning)."""
+        warn_renamed("SmartStageOptions", "tfdata_service", "tf_data_service", stacklevel=2)
+        return self.tf_data_service
+
+
+_generated_init = SmartStageOptions.__init__
+
+
+def _init_with_renamed_keywords(self, *args, **keywords) -> None:
+    _generated_init(self, *args, **renamed_keywords("SmartStageOptions()", keywords))
+
+
+_init_with_renamed_keywords.__signature__ = inspect.signature(_generated_init)
+_init_with_renamed_keywords.__doc__ = _generated_init.__doc__
+SmartStageOptions.__init__ = _init_with_renamed_keywords
+
 
 def _auto_stage_from_deeprec(message) -> AutoStageOptions:
     runner = message.runner_options
@@ -112,6 +149,8 @@ def _auto_stage_from_deeprec(message) -> AutoStageOptions:
         timeout_millis=message.timeout_millis or 300000,
         closed_exception_types=tuple(runner.closed_exceptions) if runner.closed_exceptions else (OUT_OF_RANGE,),
         ignored_exception_types=tuple(runner.ignored_exceptions),
+        # DeepRec's message holds a bool and an index; an index of AUTOTUNE (what deeprec_smart_stage_options
+        # records when no pool is asked for) is a tuned pool, as in staged()
         use_stage_subgraph_thread_pool=runner.run_options.use_stage_subgraph_thread_pool,
         stage_subgraph_thread_pool_id=runner.run_options.stage_subgraph_thread_pool_id,
         stage_subgraph_stream_id=message.stage_subgraph_stream_id, name=message.name or "smart_stage")
@@ -129,12 +168,13 @@ _AUTO_INT_PARAMETERS = ("capacity", "num_threads", "num_clients", "timeout_milli
                         "stage_subgraph_stream_id")
 _AUTO_LIST_PARAMETERS = ("closed_exception_types", "ignored_exception_types")
 _INPUT_INT_PARAMETERS = ("input_tasks", "input_lanes_per_task", "input_timeout_millis")
-_INPUT_MODES = ("central", "sharded", "tfdata_service")
+_INPUT_MODES = ("central", "sharded", "tf_data_service")
 TF_DATA_STAGES = ("fold", "lanes")
 _KNOWN_PARAMETERS = ("do_smart_stage", "do_smart_stage_gpu", "stage_multi_stream", "auto_stage", "verify",
                      "auto_stage_name", "auto_stage_use_stage_subgraph_thread_pool",
                      *("auto_stage_" + k for k in _AUTO_INT_PARAMETERS + _AUTO_LIST_PARAMETERS),
-                     "input_job", "input_mode", "tfdata_service", "tf_data_stage", *_INPUT_INT_PARAMETERS)
+                     "input_job", "input_mode", "tf_data_service", "tf_data_stage", *_INPUT_INT_PARAMETERS)
+_RENAMED_PARAMETERS = {"tfdata_service": "tf_data_service"}  # parameter_map keys: old -> new (config/renamed.py)
 
 
 def _attr_bool(key: str, value: attr_value_pb2.AttrValue) -> bool:
@@ -180,7 +220,8 @@ def options_from_config(config=None, **overrides: Any) -> SmartStageOptions:
     elif isinstance(config, config_pb2.ConfigProto):
         entry = _custom_optimizer(config)
         if entry is not None:
-            params = dict(entry.parameter_map)
+            params = renamed_keywords("custom_optimizers parameter_map", dict(entry.parameter_map),
+                                      _RENAMED_PARAMETERS)
             unknown = sorted(set(params) - set(_KNOWN_PARAMETERS))
             if unknown:
                 raise ConfigError(f"unknown SmartStage parameter(s) {unknown} in rewrite_options.custom_optimizers; "
@@ -208,7 +249,10 @@ def options_from_config(config=None, **overrides: Any) -> SmartStageOptions:
                           f"not {type(config).__name__}")
     if isinstance(config, config_pb2.ConfigProto) or is_deeprec_config(config):
         options = replace(options, session_rewrites=not config.graph_options.rewrite_options.disable_meta_optimizer)
+    overrides = renamed_keywords("options_from_config()", overrides) if overrides else overrides
     options = replace(options, **overrides) if overrides else options
+    if options.input_mode in INPUT_MODE_RENAMES:
+        options = replace(options, input_mode=renamed_input_mode("SmartStage options", options.input_mode))
     if options.tf_data_stage not in TF_DATA_STAGES:
         raise ConfigError(f"SmartStage parameter 'tf_data_stage' must be one of {list(TF_DATA_STAGES)}, not "
                           f"{options.tf_data_stage!r}: 'fold' runs a tf.data stage's moved work in its dataset, "
@@ -219,7 +263,7 @@ def options_from_config(config=None, **overrides: Any) -> SmartStageOptions:
 def _input_parameters(params: dict) -> dict[str, Any]:
     """The scale-out parameters of a custom-optimizer entry (input_job="input", input_tasks=4, ...)."""
     fields: dict[str, Any] = {k: _attr_int(k, params[k]) for k in _INPUT_INT_PARAMETERS if k in params}
-    for key in ("input_job", "input_mode", "tfdata_service", "tf_data_stage"):
+    for key in ("input_job", "input_mode", "tf_data_service", "tf_data_stage"):
         if key in params:
             if params[key].WhichOneof("value") != "s":
                 raise ConfigError(f"SmartStage custom optimizer parameter {key!r} must be a string (AttrValue s), "
@@ -230,7 +274,7 @@ def _input_parameters(params: dict) -> dict[str, Any]:
 
 def _checked_input_options(options: SmartStageOptions, config) -> SmartStageOptions:
     """input_job's task count from the config's cluster_def when not given; bad values named."""
-    if options.input_mode == "tfdata_service" or options.tfdata_service:
+    if options.input_mode == "tf_data_service" or options.tf_data_service:
         return _checked_service_options(options)
     if not options.input_job:
         return options
@@ -256,44 +300,60 @@ _DISPATCHER_ADDRESS = re.compile(r"^(?:grpc://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.
 
 
 def _checked_service_options(options: SmartStageOptions) -> SmartStageOptions:
-    """input_mode="tfdata_service" with tfdata_service="grpc://host:port", and nothing of the input-job modes."""
-    address = options.tfdata_service
-    if options.input_mode != "tfdata_service":
-        raise ConfigError(f"tfdata_service={address!r} is set but input_mode is {options.input_mode!r}; pass "
-                          "input_mode='tfdata_service' to distribute the input through tf.data service, or drop "
-                          "tfdata_service")
+    """input_mode="tf_data_service" with tf_data_service="grpc://host:port", and nothing of the input-job modes."""
+    address = options.tf_data_service
+    if options.input_mode != "tf_data_service":
+        raise ConfigError(f"tf_data_service={address!r} is set but input_mode is {options.input_mode!r}; pass "
+                          "input_mode='tf_data_service' to distribute the input through tf.data service, or drop "
+                          "tf_data_service")
     if not address:
-        raise ConfigError("input_mode='tfdata_service' needs the dispatcher's address: pass "
-                          "tfdata_service='grpc://host:port' (DispatchServer.target)")
+        raise ConfigError("input_mode='tf_data_service' needs the dispatcher's address: pass "
+                          "tf_data_service='grpc://host:port' (DispatchServer.target)")
     if options.input_job:
-        raise ConfigError(f"input_job={options.input_job!r} names cluster tasks, which input_mode='tfdata_service' "
+        raise ConfigError(f"input_job={options.input_job!r} names cluster tasks, which input_mode='tf_data_service' "
                           "does not use (the service's workers run the input); drop input_job, or use "
                           "input_mode='central' or 'sharded'")
     if not _DISPATCHER_ADDRESS.match(address):
-        raise ConfigError(f"tfdata_service={address!r} is not a dispatcher address; pass 'grpc://host:port' "
+        raise ConfigError(f"tf_data_service={address!r} is not a dispatcher address; pass 'grpc://host:port' "
                           "(what DispatchServer.target returns)")
-    return replace(options, tfdata_service=address if address.startswith("grpc://") else f"grpc://{address}")
+    return replace(options, tf_data_service=address if address.startswith("grpc://") else f"grpc://{address}")
 
 
-def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = False,
+def enable_smart_stage(config=None, *, do_smart_stage_gpu: bool = False, stage_multi_stream: bool = False,
                        auto_stage: AutoStageOptions | bool | None = None, input_job: str | None = None,
-                       input_tasks: int = 0, input_mode: str = "central", tfdata_service: str | None = None,
-                       tf_data_stage: str | None = None):
+                       input_tasks: int = 0, input_mode: str = "central", tf_data_service: str | None = None,
+                       tf_data_stage: str | None = None, **renamed: Any):
     """Turns SmartStage on in `config` (created if None) and returns it.
 
-    tf_data_stage: "fold" (the default when None) or "lanes", for stages that read a tf.data iterator
-    (parameter_map key `tf_data_stage`; no DeepRec spelling).
+    do_smart_stage_gpu / stage_multi_stream: DeepRec's flags of the same names (docs/gpu.md).
+    tf_data_stage: "fold" (the default when None) or "lanes": how a stage that reads a tf.data iterator runs
+    in this process (parameter_map key `tf_data_stage`; no DeepRec spelling).
+    tf_data_service: the dispatcher address ("grpc://host:port") the input runs on, with
+    input_mode="tf_data_service" (docs/scale-out.md).
+    renamed: the old spellings gpu=, multi_stream= and tfdata_service= (one release, with a FutureWarning).
 
     before:  ConfigProto()                      -> optimize() returns the graph unchanged
     after:   enable_smart_stage(ConfigProto())  -> optimize() expands every stage
     """
+    given = {"do_smart_stage_gpu": do_smart_stage_gpu, "stage_multi_stream": stage_multi_stream,
+             "tf_data_service": tf_data_service}
+    defaults = {"do_smart_stage_gpu": False, "stage_multi_stream": False, "tf_data_service": None}
+    for new, value in renamed_keywords("enable_smart_stage()", renamed, ENABLE_RENAMES).items():
+        if new not in given:
+            raise ConfigError(f"enable_smart_stage(): unknown keyword argument {new!r}; it takes "
+                              f"{list(inspect.signature(enable_smart_stage).parameters)[1:-1]}")
+        if given[new] != defaults[new]:
+            raise ConfigError(f"enable_smart_stage(): {new}= is given in both its spellings; pass {new}= only")
+        given[new] = value
+    do_smart_stage_gpu, stage_multi_stream, tf_data_service = given.values()
+    input_mode = renamed_input_mode("enable_smart_stage()", input_mode)
     if config is None:
         config = config_pb2.ConfigProto()
     if auto_stage is True:
         auto_stage = AutoStageOptions()
     if is_deeprec_config(config):
-        if input_job or tfdata_service or tf_data_stage:
-            which = "input_job" if input_job else "tfdata_service" if tfdata_service else "tf_data_stage"
+        if input_job or tf_data_service or tf_data_stage:
+            which = "input_job" if input_job else "tf_data_service" if tf_data_service else "tf_data_stage"
             raise ConfigError(f"{which} has no DeepRec spelling: use a stock tf.compat.v1.ConfigProto "
                               f"(custom_optimizers) or optimize(..., {which}=...)")
         oo = config.graph_options.optimizer_options
@@ -302,11 +362,11 @@ def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = F
                 auto_stage.capacity, auto_stage.num_threads, auto_stage.num_clients, auto_stage.timeout_millis,
                 error_codes(auto_stage.closed_exception_types, "AutoStageOptions.closed_exception_types"),
                 error_codes(auto_stage.ignored_exception_types, "AutoStageOptions.ignored_exception_types"),
-                auto_stage.use_stage_subgraph_thread_pool, auto_stage.stage_subgraph_thread_pool_id,
+                auto_stage.use_stage_subgraph_thread_pool is True, auto_stage.stage_subgraph_thread_pool_id,
                 auto_stage.stage_subgraph_stream_id, name=auto_stage.name))
         oo.do_smart_stage = True
-        oo.do_smart_stage_gpu = oo.do_smart_stage_gpu or gpu
-        oo.stage_multi_stream = oo.stage_multi_stream or multi_stream
+        oo.do_smart_stage_gpu = oo.do_smart_stage_gpu or do_smart_stage_gpu
+        oo.stage_multi_stream = oo.stage_multi_stream or stage_multi_stream
         return config
     if not isinstance(config, config_pb2.ConfigProto):
         raise ConfigError(f"enable_smart_stage takes a tf.compat.v1.ConfigProto or ss.ConfigProto, "
@@ -318,18 +378,18 @@ def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = F
         params["input_mode"].s = input_mode.encode()
         if input_tasks:
             params["input_tasks"].i = input_tasks
-    if tfdata_service or input_mode == "tfdata_service":
+    if tf_data_service or input_mode == "tf_data_service":
         params["input_mode"].s = input_mode.encode()
-        if tfdata_service:
-            params["tfdata_service"].s = tfdata_service.encode()
+        if tf_data_service:
+            params["tf_data_service"].s = tf_data_service.encode()
     if tf_data_stage is not None:
         if tf_data_stage not in TF_DATA_STAGES:
             raise ConfigError(f"enable_smart_stage(tf_data_stage={tf_data_stage!r}): 'tf_data_stage' must be one of "
                               f"{list(TF_DATA_STAGES)}")
         params["tf_data_stage"].s = tf_data_stage.encode()
-    if gpu:
+    if do_smart_stage_gpu:
         params["do_smart_stage_gpu"].b = True
-    if multi_stream:
+    if stage_multi_stream:
         params["stage_multi_stream"].b = True
     if auto_stage:
         params["auto_stage"].b = True
@@ -338,7 +398,8 @@ def enable_smart_stage(config=None, *, gpu: bool = False, multi_stream: bool = F
         for key in _AUTO_LIST_PARAMETERS:
             codes = error_codes(getattr(auto_stage, key), f"AutoStageOptions.{key}")
             params["auto_stage_" + key].list.i[:] = codes
-        params["auto_stage_use_stage_subgraph_thread_pool"].b = auto_stage.use_stage_subgraph_thread_pool
+        # a tuned pool travels as its index (AUTOTUNE); the bool says whether a given index is used
+        params["auto_stage_use_stage_subgraph_thread_pool"].b = auto_stage.use_stage_subgraph_thread_pool is True
         params["auto_stage_name"].s = auto_stage.name.encode()
     return config
 

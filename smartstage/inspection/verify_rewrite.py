@@ -70,7 +70,7 @@ def default_fetches(meta_graph_def) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def verify_rewrite(graph, steps: int = 10, *, fetches: Sequence[str] | None = None, targets=None, feeds=None,
+def verify_rewrite(graph, steps: int = 20, *, fetches: Sequence[str] | None = None, targets=None, feeds=None,
                    config=None, result=None, after=None, progress: Callable[[str, int], None] | None = None,
                    grappler: bool = False, cluster: bool | None = None,
                    start_seconds: float = START_SECONDS, **run_kwargs) -> RewriteCheck:

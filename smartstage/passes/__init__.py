@@ -23,7 +23,7 @@ def passes_for(options) -> list:
 
         passes.append(AutoStage())
     passes += [Partition(), ExpandStage()] if options.expand else [Partition()]
-    if options.tf_data_stage == "fold" and options.input_mode != "tfdata_service" and not options.input_job:
+    if options.tf_data_stage == "fold" and options.input_mode != "tf_data_service" and not options.input_job:
         from smartstage.passes.fold_dataset import FoldDataset
 
         passes.append(FoldDataset())
@@ -35,7 +35,7 @@ def passes_for(options) -> list:
         from smartstage.passes.gpu.multi_stream import MultiStream
 
         passes.append(MultiStream())
-    if options.input_mode == "tfdata_service":
+    if options.input_mode == "tf_data_service":
         from smartstage.passes.tfdata_service import TfDataService
 
         passes.append(TfDataService())

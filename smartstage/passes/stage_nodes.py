@@ -186,7 +186,7 @@ def stage_node_defs(
         num_clients=int(options.num_clients), timeout_millis=int(options.timeout_millis),
         closed_error_codes=error_codes(options.closed_exception_types, "AutoStageOptions.closed_exception_types"),
         ignored_error_codes=error_codes(options.ignored_exception_types, "AutoStageOptions.ignored_exception_types"),
-        use_stage_subgraph_thread_pool=bool(options.use_stage_subgraph_thread_pool),
+        use_stage_subgraph_thread_pool=options.use_stage_subgraph_thread_pool is True,  # tuned: False, as staged()
         stage_subgraph_thread_pool_id=int(options.stage_subgraph_thread_pool_id),
         stage_subgraph_stream_id=int(options.stage_subgraph_stream_id),
         origin="auto", boundary_tensors=list(carried), source_nodes=list(sources),

@@ -26,8 +26,11 @@ import types
 _LAZY = {
     "smartstage.tf2.split": ("SplitStep", "split"),
     "smartstage.tf2.keras_split": ("KerasSplit", "LayerVerdict", "split_model"),
-    "smartstage.tf2.keras_fit": ("fit",),
-    "smartstage.tf2.compare": ("StepCheck", "verify", "verify_fit"),
+    "smartstage.tf2.keras_step": ("ModelStepSplit",),
+    # history.smartstage after fit(): NotSplit, StepFit (of ModelStepSplits) or KerasSplit
+    "smartstage.tf2.keras_fit": ("NotSplit", "StepFit", "fit"),
+    "smartstage.tf2.trial": ("Verdict",),  # SplitStep.trial with split(measure=True)
+    "smartstage.tf2.compare": ("StepCheck", "same_batches", "verify", "verify_fit"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 __all__ = sorted(_MODULE_OF)

@@ -142,4 +142,4 @@ def test_optimize_with_tfdata_service_folds_the_body_into_the_service_pipeline(t
     ops = {node.op for node in load_graph(str(fast)).graph_def.node}
     assert {"DataServiceDatasetV4", "RegisterDatasetV2"} <= ops and "Sqrt" not in ops
     code, out, err = run(capsys, "optimize", src, "-o", tmp_path / "bad.meta", "--tfdata-service", "http://x/y")
-    assert code == 2 and "tfdata_service" in err and not (tmp_path / "bad.meta").exists()
+    assert code == 2 and "tf_data_service" in err and not (tmp_path / "bad.meta").exists()

@@ -1,4 +1,4 @@
-"""input_mode="tfdata_service" on an in-process tf.data service: a dispatcher and 2 workers on localhost.
+"""input_mode="tf_data_service" on an in-process tf.data service: a dispatcher and 2 workers on localhost.
 
     range -> map -> batch => iterator -> staged() ~~ take -> sqrt/log1p(x), hash(name) -> fetched
     optimized: range -> map -> batch -> map(sqrt/log1p, hash) -> service (2 workers) => iterator -> put ~~ take
@@ -66,7 +66,7 @@ def input_graph(lookup: bool = False) -> tf.compat.v1.MetaGraphDef:
 
 
 def optimized(meta, address: str):
-    config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), input_mode="tfdata_service", tfdata_service=address)
+    config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), input_mode="tf_data_service", tf_data_service=address)
     result = ss.optimize(meta, config, targets=[f.split(":")[0] for f in FETCHES])
     (report,) = [r for r in result.reports if r.name == "tfdata_service"]
     return result, report

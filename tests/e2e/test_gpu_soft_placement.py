@@ -18,8 +18,8 @@ from smartstage.optimizer import optimize
 from smartstage.runtime import make_prefetch_hook, staged, start_prefetch_threads
 
 SOFT = tf.compat.v1.ConfigProto(allow_soft_placement=True)
-GPU_ON = enable_smart_stage(gpu=True)
-GPU_STREAMS = enable_smart_stage(gpu=True, multi_stream=True)
+GPU_ON = enable_smart_stage(do_smart_stage_gpu=True)
+GPU_STREAMS = enable_smart_stage(do_smart_stage_gpu=True, stage_multi_stream=True)
 ROWS, BATCH = 24, 2
 BATCHES = ROWS // BATCH
 STEP_MILLIS = 20000  # a main step that would hang because of a bug fails instead

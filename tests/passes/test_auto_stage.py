@@ -380,7 +380,7 @@ def test_gpu_placement_moves_the_buffer_with_the_op_that_empties_it():
         x = it.get_next(name="next")
         with tf.device("/device:GPU:0"):
             _, train_op = _train(x * 2)
-    result = ss.optimize(_meta(g, train_op), ss.enable_smart_stage(gpu=True, auto_stage=True))
+    result = ss.optimize(_meta(g, train_op), ss.enable_smart_stage(do_smart_stage_gpu=True, auto_stage=True))
     devices = {n.name: n.device for n in result.graph_def.node}
     assert devices["smart_stage/buffer"] == devices["smart_stage/reset_buffer"] == "/device:GPU:0"
     assert devices["smart_stage/take"] == devices["smart_stage/put"] == "/device:GPU:0"

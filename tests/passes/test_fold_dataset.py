@@ -187,7 +187,7 @@ def gpu_graph():
 
 def test_gpu_folds_the_moved_work_and_one_thread_fills_the_gpu_resident_buffer():
     meta = gpu_graph()
-    result = ss.optimize(meta, ss.enable_smart_stage(tf.compat.v1.ConfigProto(), gpu=True), targets=["train", "loss"])
+    result = ss.optimize(meta, ss.enable_smart_stage(tf.compat.v1.ConfigProto(), do_smart_stage_gpu=True), targets=["train", "loss"])
     fit = fold_report(result).details["stage"]
     assert isinstance(fit, FoldFit) and fit.folds and fit.keeps_buffer
     nodes = nodes_of(result)

@@ -195,7 +195,7 @@ def test_every_pass_of_every_flag_combination_declares_a_valid_contract():
     everything = dict(do_smart_stage=True, do_smart_stage_gpu=True, stage_multi_stream=True,
                       auto_stage=AutoStageOptions())
     with_tasks = SmartStageOptions(**everything, input_job="input", input_tasks=2)
-    with_service = SmartStageOptions(**everything, input_mode="tfdata_service", tfdata_service="grpc://localhost:1")
+    with_service = SmartStageOptions(**everything, input_mode="tf_data_service", tf_data_service="grpc://localhost:1")
     assert PassManager(passes_for(with_tasks)).names == [
         "find_stages", "auto_stage", "partition", "expand_stage", "gpu_placement", "multi_stream", "input_tasks"]
     assert PassManager(passes_for(with_service)).names[-1] == "tfdata_service"

@@ -34,8 +34,8 @@ def sqrt_graph(body=lambda f: {"row": f["row"], "x": tf.sqrt(f["x"]) + 1.0}, one
 
 
 def optimized(meta, targets, **options):
-    config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), input_mode="tfdata_service",
-                                   tfdata_service=options.pop("address", ADDRESS))
+    config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), input_mode="tf_data_service",
+                                   tf_data_service=options.pop("address", ADDRESS))
     result = ss.optimize(meta, config, targets=targets, **options)
     (report,) = [r for r in result.reports if r.name == "tfdata_service"]
     return result, report
@@ -116,22 +116,22 @@ def test_a_stage_that_does_not_fit_is_left_as_it_was_with_the_node_named(body, o
 
 
 def test_options_both_spellings_and_clear_errors():
-    config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), input_mode="tfdata_service",
-                                   tfdata_service="localhost:5050")
+    config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), input_mode="tf_data_service",
+                                   tf_data_service="localhost:5050")
     options = ss.options_from_config(config)
-    assert (options.input_mode, options.tfdata_service, options.input_job) == ("tfdata_service", ADDRESS, None)
-    assert ss.options_from_config(None, input_mode="tfdata_service", tfdata_service=ADDRESS).tfdata_service == ADDRESS
-    with pytest.raises(ConfigError, match="needs the dispatcher's address: pass tfdata_service="):
-        ss.options_from_config(None, input_mode="tfdata_service")
-    with pytest.raises(ConfigError, match="input_mode is 'central'; pass input_mode='tfdata_service'"):
-        ss.options_from_config(None, tfdata_service=ADDRESS)
+    assert (options.input_mode, options.tf_data_service, options.input_job) == ("tf_data_service", ADDRESS, None)
+    assert ss.options_from_config(None, input_mode="tf_data_service", tf_data_service=ADDRESS).tf_data_service == ADDRESS
+    with pytest.raises(ConfigError, match="needs the dispatcher's address: pass tf_data_service="):
+        ss.options_from_config(None, input_mode="tf_data_service")
+    with pytest.raises(ConfigError, match="input_mode is 'central'; pass input_mode='tf_data_service'"):
+        ss.options_from_config(None, tf_data_service=ADDRESS)
     with pytest.raises(ConfigError, match="not a dispatcher address"):
-        ss.options_from_config(None, input_mode="tfdata_service", tfdata_service="http://x/y")
+        ss.options_from_config(None, input_mode="tf_data_service", tf_data_service="http://x/y")
     with pytest.raises(ConfigError, match="drop input_job"):
-        ss.options_from_config(None, input_mode="tfdata_service", tfdata_service=ADDRESS, input_job="input",
+        ss.options_from_config(None, input_mode="tf_data_service", tf_data_service=ADDRESS, input_job="input",
                                input_tasks=2)
-    with pytest.raises(ConfigError, match="tfdata_service has no DeepRec spelling"):
-        ss.enable_smart_stage(ss.ConfigProto(), input_mode="tfdata_service", tfdata_service=ADDRESS)
-    config.graph_options.rewrite_options.custom_optimizers[0].parameter_map["tfdata_service"].i = 3
-    with pytest.raises(ConfigError, match="'tfdata_service' must be a string"):
+    with pytest.raises(ConfigError, match="tf_data_service has no DeepRec spelling"):
+        ss.enable_smart_stage(ss.ConfigProto(), input_mode="tf_data_service", tf_data_service=ADDRESS)
+    config.graph_options.rewrite_options.custom_optimizers[0].parameter_map["tf_data_service"].i = 3
+    with pytest.raises(ConfigError, match="'tf_data_service' must be a string"):
         ss.options_from_config(config)

@@ -186,7 +186,7 @@ def test_gpu_flag_folds_the_work_and_keeps_a_gpu_buffer_filled_by_one_thread():
     soft = tf.compat.v1.ConfigProto(allow_soft_placement=True)  # no GPU here: TensorFlow places it on the CPU
     off, _, _ = run(soft)
     gpu = tf.compat.v1.ConfigProto(allow_soft_placement=True)
-    on, record, (stage_def,) = run(ss.enable_smart_stage(gpu, gpu=True))
+    on, record, (stage_def,) = run(ss.enable_smart_stage(gpu, do_smart_stage_gpu=True))
     assert on == off
     assert stage_def.num_threads == 1  # the staged() outputs stay fetchable, so the iterator carries them too
     assert all(t.startswith("stage/dataset_fold/IteratorGetNext:") for t in stage_def.boundary_tensors)

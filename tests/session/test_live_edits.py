@@ -166,7 +166,7 @@ def test_later_passes_reach_the_live_graph_through_their_logs():
         graph = tf.Graph()
         with graph.as_default():
             model = small_model()
-        config = flag(False) if not on else lanes_flag(multi_stream=True)  # a rebuilt put: lanes
+        config = flag(False) if not on else lanes_flag(stage_multi_stream=True)  # a rebuilt put: lanes
         with Session(graph=graph, config=config) as sess:
             sess.run(init_ops(graph))
             losses[on] = [sess.run([model.loss, model.train_op], options=bounded())[0] for _ in range(5)]

@@ -83,8 +83,8 @@ def test_without_input_job_nothing_is_placed():
 
 
 def test_the_session_flag_refuses_tfdata_service_with_the_offline_path_named():
-    config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), input_mode="tfdata_service",
-                                   tfdata_service="grpc://localhost:5050")
+    config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), input_mode="tf_data_service",
+                                   tf_data_service="grpc://localhost:5050")
     with tf.Graph().as_default() as graph:
         names = graphs.build()
     with pytest.raises(ss.ConfigError, match="offline path only: optimize the exported graph"):

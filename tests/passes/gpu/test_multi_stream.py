@@ -15,8 +15,8 @@ from tests.builder import G, N, node
 from tests.passes.gpu.test_placement import GPU0, model_graph, stage_ops
 
 # Streams of stages kept with their lanes (a folded stage has no prefetch side of ours to tag).
-STREAMS = enable_smart_stage(multi_stream=True, tf_data_stage="lanes")
-STREAMS_GPU = enable_smart_stage(gpu=True, multi_stream=True, tf_data_stage="lanes")
+STREAMS = enable_smart_stage(stage_multi_stream=True, tf_data_stage="lanes")
+STREAMS_GPU = enable_smart_stage(do_smart_stage_gpu=True, stage_multi_stream=True, tf_data_stage="lanes")
 
 
 def stream_ids(graph_def) -> dict[str, int]:

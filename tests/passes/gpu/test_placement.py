@@ -35,7 +35,7 @@ W1_CPU = "/job:worker/replica:0/task:1/device:CPU:0"
 W0_GPU = "/job:worker/replica:0/task:0/device:GPU:0"
 W0_CPU = "/job:worker/replica:0/task:0/device:CPU:0"
 # The placement of a stage kept with its lanes; tests/passes/test_fold_dataset.py covers a folded stage on a GPU.
-GPU_ON = enable_smart_stage(gpu=True, tf_data_stage="lanes")
+GPU_ON = enable_smart_stage(do_smart_stage_gpu=True, tf_data_stage="lanes")
 
 
 def stage_ops(name="stage", dtypes=(tf.string,), inputs=("rows",), device="", queue="FIFOQueueV2"):

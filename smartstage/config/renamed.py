@@ -1,0 +1,60 @@
+"""Option names that changed: the old spelling still works for one release and warns once per call.
+
+    before:  ss.enable_smart_stage(config, gpu=True)                  # FutureWarning naming do_smart_stage_gpu
+    after:   ss.enable_smart_stage(config, do_smart_stage_gpu=True)   # DeepRec's field name, no warning
+
+FutureWarning, not DeprecationWarning: Python shows FutureWarning to whoever runs the script, wherever the
+call is, so a training job's owner sees the rename before the old name goes. DeepRec's names
+(`do_smart_stage`, `do_smart_stage_gpu`, `stage_multi_stream`, `tf.SmartStageOptions` fields) are the
+current spellings, never renamed here: a DeepRec script ports by changing one import.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Mapping
+
+from smartstage.errors import ConfigError
+
+# SmartStageOptions fields (and so optimize()'s and options_from_config()'s overrides): old name -> new name
+OPTION_RENAMES = {"tfdata_service": "tf_data_service"}
+# enable_smart_stage()'s keywords: its own short names become the option names they set
+ENABLE_RENAMES = {"gpu": "do_smart_stage_gpu", "multi_stream": "stage_multi_stream", **OPTION_RENAMES}
+# old input_mode value -> new one
+INPUT_MODE_RENAMES = {"tfdata_service": "tf_data_service"}
+
+
+def warn_renamed(where: str, old: str, new: str, stacklevel: int = 2) -> None:
+    """One FutureWarning: `where`'s `old` is now spelled `new`, same meaning. stacklevel counts from the
+    function that calls this one, as warnings.warn's does (2: that function's caller, the user's line)."""
+    warnings.warn(f"{where}: {old} is deprecated and will be removed in the next release; use {new} "
+                  "(same meaning)", FutureWarning, stacklevel=stacklevel + 1)
+
+
+def renamed_keywords(where: str, keywords: Mapping[str, Any], renames: Mapping[str, str] = OPTION_RENAMES,
+                     stacklevel: int = 2) -> dict[str, Any]:
+    """`keywords` with each old name of `renames` replaced by its new name, one FutureWarning per old name.
+
+        before:  renamed_keywords("enable_smart_stage()", {"gpu": True})
+        after:   {"do_smart_stage_gpu": True}     # FutureWarning: gpu= ... use do_smart_stage_gpu=
+
+    Both spellings of one option given is a ConfigError naming them.
+    """
+    result = dict(keywords)
+    for old, new in renames.items():
+        if old not in result:
+            continue
+        if new in result:
+            raise ConfigError(f"{where}: {old}= and {new}= are one option given twice; pass {new}= only")
+        warn_renamed(where, f"{old}=", f"{new}=", stacklevel=stacklevel + 1)
+        result[new] = result.pop(old)
+    return result
+
+
+def renamed_input_mode(where: str, mode: str, stacklevel: int = 2) -> str:
+    """The current spelling of an input_mode value, warning once when `mode` is an old one."""
+    new = INPUT_MODE_RENAMES.get(mode)
+    if new is None:
+        return mode
+    warn_renamed(where, f"input_mode={mode!r}", f"input_mode={new!r}", stacklevel=stacklevel + 1)
+    return new
