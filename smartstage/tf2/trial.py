@@ -29,7 +29,6 @@ from typing import Any, Callable, Iterator
 
 import tensorflow as tf
 
-from smartstage.graph.op_types import PY_FUNC_OPS
 from smartstage.tf2.state import READ_ONLY_TABLE, READ_ONLY_VARIABLE, VALUE, VARIABLE, CapturedState
 from smartstage.tf2.user_state import iteration_changes
 

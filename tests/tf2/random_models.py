@@ -8,7 +8,8 @@ the same seeds and compiled, and datasets that reshuffle each iteration.
     tf_keras_functional()   tf_keras functional: StringLookup adapted after construction, Embedding, Dropout
     tf_keras_noisy_step()   tf_keras subclassed with its own train_step drawing tf.random.uniform (no op seed)
 
-Every dataset yields (features, label) batches of fm.BATCH, shuffled anew each iteration in an order its seed fixes.
+Every dataset yields (features, label) batches of fm.BATCH, shuffled in an order its seed fixes: anew each iteration,
+or (reshuffle=False) the same order each time, which a trial may read.
 """
 
 from __future__ import annotations
@@ -23,16 +24,19 @@ from tests.tf2 import fit_models as fm
 SHUFFLE_SEED = 7
 
 
-def shuffled(keys=("user", "item", "age")) -> tf.data.Dataset:
-    """fm.dataset's batches, reshuffled on every iteration (Dataset.shuffle's default)."""
-    return fm.dataset(keys, shuffle_seed=SHUFFLE_SEED)
+def shuffled(keys=("user", "item", "age"), reshuffle: bool = True) -> tf.data.Dataset:
+    """fm's columns in batches, shuffled in an order SHUFFLE_SEED fixes: anew on every iteration (Dataset.shuffle's
+    default), or with reshuffle=False the same order every time."""
+    x, y = fm.columns()
+    rows = tf.data.Dataset.from_tensor_slices(({k: x[k] for k in keys}, y))
+    return rows.shuffle(fm.SAMPLES, seed=SHUFFLE_SEED, reshuffle_each_iteration=reshuffle).batch(fm.BATCH)
 
 
-def shuffled_age() -> tf.data.Dataset:
-    """(age, label) batches for the Sequential model, reshuffled on every iteration."""
+def shuffled_age(reshuffle: bool = True) -> tf.data.Dataset:
+    """(age, label) batches for the Sequential model, shuffled as shuffled() shuffles."""
     x, y = fm.columns()
     rows = tf.data.Dataset.from_tensor_slices((x["age"], y))
-    return rows.shuffle(fm.SAMPLES, seed=SHUFFLE_SEED).batch(fm.BATCH)
+    return rows.shuffle(fm.SAMPLES, seed=SHUFFLE_SEED, reshuffle_each_iteration=reshuffle).batch(fm.BATCH)
 
 
 def csv_dataset(path) -> tf.data.Dataset:
@@ -173,8 +177,7 @@ MODELS = {"keras3_functional": (keras3_functional, shuffled),
           "keras3_lazy": (keras3_lazy, shuffled),
           "keras3_noisy_step": (keras3_noisy_step, shuffled),
           "tf_keras_functional": (tf_keras_functional, shuffled),
-          "tf_keras_noisy_step": (tf_keras_noisy_step, lambda: fm.dataset(("user", "item"),
-                                                                           shuffle_seed=SHUFFLE_SEED))}
+          "tf_keras_noisy_step": (tf_keras_noisy_step, lambda reshuffle=True: shuffled(("user", "item"), reshuffle))}
 
 
 def unshuffled(name: str) -> tf.data.Dataset:

@@ -33,9 +33,9 @@ def quick_checked_trial(monkeypatch):
     monkeypatch.setenv(CHECK_STATE_ENV, "1")
 
 
-def _fit_both(name: str, verdict: str, monkeypatch, dataset_of=None):
+def _fit_both(name: str, verdict: str, monkeypatch, dataset_of=None, reshuffle: bool = True):
     factory, data = rm.MODELS[name]
-    data = dataset_of or data
+    data = dataset_of or (lambda: rm.MODELS[name][1](reshuffle=reshuffle))
     if VERDICTS[verdict] is not None:
         monkeypatch.setattr(trial, "PAYS_AT", VERDICTS[verdict])
     reference = factory()
@@ -47,10 +47,11 @@ def _fit_both(name: str, verdict: str, monkeypatch, dataset_of=None):
     return reference, expected, model, got, history
 
 
+@pytest.mark.parametrize("reshuffle", [True, False], ids=["reshuffled", "fixed_order"])
 @pytest.mark.parametrize("verdict", list(VERDICTS))
 @pytest.mark.parametrize("name", list(rm.MODELS))
-def test_fit_at_its_defaults_trains_what_model_fit_trains(name, verdict, monkeypatch):
-    reference, expected, model, got, history = _fit_both(name, verdict, monkeypatch)
+def test_fit_at_its_defaults_trains_what_model_fit_trains(name, verdict, reshuffle, monkeypatch):
+    reference, expected, model, got, history = _fit_both(name, verdict, monkeypatch, reshuffle=reshuffle)
 
     assert len(got.losses) == 12 and got.losses == expected.losses
     assert history.history == reference.history.history
@@ -58,11 +59,12 @@ def test_fit_at_its_defaults_trains_what_model_fit_trains(name, verdict, monkeyp
     evaluation = rm.unshuffled(name)
     assert model.evaluate(evaluation, verbose=0) == reference.evaluate(evaluation, verbose=0)
     np.testing.assert_array_equal(rm.predictions(model, evaluation), rm.predictions(reference, evaluation))
-    # A reshuffling dataset is never timed: a trial's iterator would advance its seed.
     result = history.smartstage
-    if not isinstance(result, NotSplit):
+    if reshuffle:  # never timed: a trial's iterator would advance the shuffle's seed
         trials = (result.train if isinstance(result, StepFit) else result).trials
         assert [v.skipped.split(" (")[0] for v in trials.values()] == ["the dataset reshuffles each iteration"]
+    elif verdict != "timed":  # timed, and the forced verdict kept
+        assert isinstance(result, NotSplit) == (verdict == "slower")
 
 
 @pytest.mark.parametrize("name", ["keras3_functional", "tf_keras_functional"])
