@@ -215,7 +215,7 @@ def _setting_name(device_ms: float) -> str:
 
 def report_text(result: dict[str, Any]) -> str:
     lines = ["# TF2 benchmark: SmartStage's split of a tf.function step", "",
-             f"Machine: {machine_line(result['machine'])}. Mode `{result['mode']}`: {result['settings_mode']}.", "",
+             f"Run on {result['machine'].get('date')}. Machine: {machine_line(result['machine'])}. Mode `{result['mode']}`: {result['settings_mode']}.", "",
              f"Command: `{result['command']}`", "",
              "Every program with `tf.config.experimental.enable_op_determinism()` and Grappler's arithmetic optimizer "
              + ("on" if result["grappler_arithmetic_optimization"] else "off (it rewrites the in-model step across the "

@@ -206,3 +206,54 @@ def test_troubleshooting_covers_the_first_errors():
     text = (ROOT / "docs" / "troubleshooting.md").read_text()
     for name in ("EagerModeError", "TargetError", "must be a tf.ConfigProto", "(errors.md)"):
         assert name in text, f"docs/troubleshooting.md does not cover {name!r}"
+
+
+# A measured figure: a ratio (1.14x, 0.73-0.97x), a time per read (187 µs), a rate (340 steps/s), or a fraction of
+# the bare step ("0.97-0.98 of the bare step"). Settings (a 5 ms device step, a 20% threshold) are not figures.
+FIGURE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?(?:x\b| ?µs\b| steps/s\b)"
+                    r"|\b0\.\d\d(?:-\d\.\d\d)? of (?:the|its) ")
+PERF_LINK = re.compile(r"\]\((?:\.\./|docs/)?(perf/[^)#\s]+)")
+ANY_CODE_SPAN = re.compile(r"`[^`]*`")  # a span may wrap a line: an example message is not a measurement
+
+
+def sections(page: Path) -> list[str]:
+    """The page's text outside code fences, cut at every heading."""
+    return re.split(r"^(?=#{1,6} )", FENCE.sub("", page.read_text()), flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_figure_cites_a_dated_report(page: Path):
+    """A section that quotes a measured figure links the report under docs/perf/ it comes from."""
+    unsourced = []
+    for section in sections(page):
+        figures = FIGURE.findall(ANY_CODE_SPAN.sub("", section))
+        reports = PERF_LINK.findall(section)
+        if figures and not reports:
+            unsourced.append((section.split("\n", 1)[0][:60], figures[:4]))
+        for report in reports:
+            assert (ROOT / "docs" / report).exists(), f"{page.relative_to(ROOT)} cites a missing report {report}"
+    assert not unsourced, (f"{page.relative_to(ROOT)} quotes figures without the report they come from (link one "
+                           f"under docs/perf/ in the same section): {unsourced}")
+
+
+def test_figure_pattern_finds_results_not_settings():
+    found = lambda text: FIGURE.findall(ANY_CODE_SPAN.sub("", text))  # noqa: E731
+    assert found("ran 1.03-1.49x the map") and found("187 µs a read") and found("0.97-0.98 of the bare step")
+    assert found("at 340 steps/s") and found("ran 0.94x")
+    assert not found("a 5 ms device step, 2 cores, batch 512, a 20% threshold, `0.84x the unsplit one`")
+
+
+def test_report_index_lists_every_report_with_its_date():
+    """docs/perf/README.md links every report, and each row's date is one the report (or its json) states."""
+    perf = ROOT / "docs" / "perf"
+    index = (perf / "README.md").read_text()
+    reports = sorted(p.name for p in perf.glob("*.md") if p.name != "README.md")
+    unlisted = [name for name in reports if f"]({name})" not in index]
+    assert not unlisted, f"docs/perf/README.md does not list {unlisted}"
+    for row in (line for line in index.splitlines() if line.startswith("| [")):
+        name = re.search(r"\]\(([^)]+\.md)\)", row).group(1)
+        dates = re.findall(r"20\d\d-\d\d-\d\d", row.rsplit("|", 2)[-2])
+        report = (perf / name).read_text()
+        sibling = perf / name.replace(".md", ".json")
+        stated = report + (sibling.read_text() if sibling.exists() else "")
+        assert dates and dates[0] in stated, f"docs/perf/README.md dates {name} {dates[:1]}; the report says otherwise"
