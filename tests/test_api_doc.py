@@ -14,6 +14,7 @@ import pytest
 
 import smartstage
 import smartstage.tf2
+from tests.bounds import JOB_HANG_SECONDS
 from tools import apidoc
 
 
@@ -81,8 +82,7 @@ assert ss.tf2.same_batches is ss.tf2.compare.same_batches
 print("ok")
 """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    # a bound that only catches a hang: the script imports TensorFlow once (seconds)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600,
-                          cwd=apidoc.REPO_ROOT)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                          timeout=JOB_HANG_SECONDS, cwd=apidoc.REPO_ROOT)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 

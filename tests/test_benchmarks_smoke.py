@@ -1,49 +1,32 @@
-"""Both benchmarks run end to end in their smallest mode, so they keep working.
+"""The benchmarks run end to end in their smallest mode, so they keep working.
 
     python -m benchmarks.e2e --smoke        # a tiny DLRM-like model, every configuration, a 2-point grid
     python -m benchmarks.scaling --smoke    # one 5,000-node training graph, each operation in its own process
+    python -m benchmarks.ports --smoke      # one DeepRec script, flag off and on, a few steps
 
-Each runs in a subprocess (the benchmarks set process-wide TensorFlow state), both at once: on
-two cores that keeps the pair well under a minute. The numbers are not checked, only that every
-configuration and operation produced one, and that the JSON and PNG were written.
+Each runs in a subprocess of its own (the benchmarks set process-wide TensorFlow state), one at a time
+(tests/benchmark_runs.py). The numbers are not checked, only that every configuration and operation produced
+one, and that the JSON, Markdown and PNG were written.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.benchmark_runs import REPO_ROOT, run_benchmark
-
-
-@pytest.fixture(scope="module")
-def smoke_runs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("benchmarks")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
-    procs = {
-        name: subprocess.Popen([sys.executable, "-m", f"benchmarks.{name}", "--smoke", "--out", str(out / name)],
-                               cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for name in ("e2e", "scaling", "ports")
-    }
-    results = {}
-    for name, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=300)
-        results[name] = (proc.returncode, stdout, stderr, out / name)
-    return results
+from tests.benchmark_runs import SMOKE_SECONDS, run_benchmark
 
 
 def _latest(out_dir: Path, stem: str) -> dict:
     return json.loads((out_dir / f"{stem}-latest.json").read_text())
 
 
-def test_e2e_smoke_measures_every_configuration(smoke_runs):
-    code, stdout, stderr, out = smoke_runs["e2e"]
-    assert code == 0, stderr[-3000:]
+def test_e2e_smoke_measures_every_configuration(tmp_path):
+    out = tmp_path
+    stdout = run_benchmark("e2e", out, "--smoke", quiet_seconds=SMOKE_SECONDS["e2e"]).stdout
     result = _latest(out, "e2e")
     (workload,) = result["workloads"]
     assert not workload["errors"]
@@ -75,9 +58,9 @@ def test_e2e_smoke_measures_every_configuration(smoke_runs):
         assert (out / "e2e-latest.png").stat().st_size > 0
 
 
-def test_scaling_smoke_measures_every_operation(smoke_runs):
-    code, stdout, stderr, out = smoke_runs["scaling"]
-    assert code == 0, stderr[-3000:]
+def test_scaling_smoke_measures_every_operation(tmp_path):
+    out = tmp_path
+    stdout = run_benchmark("scaling", out, "--smoke", quiet_seconds=SMOKE_SECONDS["scaling"]).stdout
     result = _latest(out, "scaling")
     assert not result["errors"]
     (row,) = result["summary"]["rows"].values()
@@ -99,9 +82,9 @@ def _has_matplotlib() -> bool:
     return True
 
 
-def test_ports_smoke_times_every_run(smoke_runs):
-    code, stdout, stderr, out = smoke_runs["ports"]
-    assert code == 0, stderr[-3000:]
+def test_ports_smoke_times_every_run(tmp_path):
+    out = tmp_path
+    run_benchmark("ports", out, "--smoke", quiet_seconds=SMOKE_SECONDS["ports"])
     result = _latest(out, "ports")
     assert not result["errors"]
     for run in ("off", "on 4/40", "on defaults"):
@@ -149,7 +132,7 @@ def test_the_held_out_best_grid_point_is_picked_on_the_other_repeats():
 
 def test_tf2_smoke_measures_every_program(tmp_path):
     # Its own process (eager mode, TensorFlow 2's default, which the suite's conftest turns off here).
-    proc = run_benchmark("tf2", tmp_path, "--smoke")
+    proc = run_benchmark("tf2", tmp_path, "--smoke", quiet_seconds=SMOKE_SECONDS["tf2"])
     result = _latest(tmp_path, "tf2")
     assert [s["device_ms"] for s in result["settings"]] == [0.0, 5.0]
     for setting in result["settings"]:
@@ -215,7 +198,8 @@ def test_the_accelerator_targets_compare_with_the_bare_step_and_the_best_alterna
 
 
 def test_accelerator_smoke_measures_every_configuration_the_bare_step_and_the_bound(tmp_path):
-    run_benchmark("e2e", tmp_path, "--accelerator", "--smoke")
+    run_benchmark("e2e", tmp_path, "--accelerator", "--smoke",
+                  quiet_seconds=SMOKE_SECONDS["e2e --accelerator"])
     (workload,) = _latest(tmp_path, "accelerator")["workloads"]
     assert workload["workload"]["device_ms"] == 2.0 and not workload["errors"]
     rates = workload["accelerator"]["rates"]
@@ -271,7 +255,8 @@ def test_accelerator_probe_finds_the_take_the_train_op_reads():
 
 
 def test_accelerator_probe_smoke_measures_every_point_and_the_bare_step(tmp_path):
-    run_benchmark("accelerator_probe", tmp_path, "--smoke", "--points", "auto,1s,2o")
+    run_benchmark("accelerator_probe", tmp_path, "--smoke", "--points", "auto,1s,2o",
+                  quiet_seconds=SMOKE_SECONDS["accelerator_probe"])
     result = _latest(tmp_path, "accelerator-probe")
     for point in ("auto", "1s", "2o"):
         (sample,) = result["samples"][point]

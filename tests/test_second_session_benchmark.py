@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 
-from tests.benchmark_runs import run_benchmark
+from tests.benchmark_runs import SMOKE_SECONDS, run_benchmark
 
 
 def test_second_session_smoke_measures_both_sessions_of_both_runs(tmp_path):
-    run_benchmark("second_session", tmp_path, "--smoke")
+    run_benchmark("second_session", tmp_path, "--smoke", quiet_seconds=SMOKE_SECONDS["second_session"])
     result = json.loads((tmp_path / "second_session-latest.json").read_text())
     assert not result["errors"] and result["identical"] == [True]
     for run in ("off", "on"):

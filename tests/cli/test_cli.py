@@ -15,6 +15,7 @@ from tensorflow.core.protobuf import meta_graph_pb2
 
 from smartstage.cli.main import main
 from smartstage.graph.load import load_graph, write_graph
+from tests.bounds import JOB_HANG_SECONDS
 from tests.builder import node
 from tests.inspection.graphs import demo_example, no_stage_graph, tiny_graph
 
@@ -194,7 +195,7 @@ def test_a_real_process(tmp_path):
         "print('exit', ok, file=sys.stderr)\n"
         f"sys.exit(main(['diff', {str(tmp_path / 'in.pbtxt')!r}, {str(tmp_path / 'missing.pb')!r}]))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=JOB_HANG_SECONDS,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     lines = done.stderr.strip().splitlines()
     assert "exit 0" in lines, done.stderr[-3000:]

@@ -10,10 +10,11 @@ from __future__ import annotations
 import tensorflow as tf
 
 import smartstage as ss
+from tests.bounds import HANG_MILLIS
 
 ROWS = 50
 BATCH = 4
-STEP_MILLIS = 30000
+STEP_MILLIS = HANG_MILLIS
 
 
 def slow_read(x: tf.Tensor, millis: int) -> tf.Tensor:

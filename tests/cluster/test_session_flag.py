@@ -18,6 +18,7 @@ import sys
 
 import pytest
 
+from tests.bounds import JOB_HANG_SECONDS
 from tests.cluster import graphs
 from tests.cluster.cluster import REPO, LoopbackCluster, _env, report
 from tests.cluster.test_input_tasks import expected_sharded_rows
@@ -25,7 +26,7 @@ from tests.cluster.test_input_tasks import expected_sharded_rows
 pytestmark = [pytest.mark.cluster]
 
 TASKS = 2
-BOUND_SECONDS = 120.0
+BOUND_SECONDS = JOB_HANG_SECONDS
 TASK_0 = "/job:input/replica:0/task:0/device:CPU:0"
 TASK_1 = "/job:input/replica:0/task:1/device:CPU:0"
 

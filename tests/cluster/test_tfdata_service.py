@@ -20,11 +20,12 @@ import tensorflow as tf
 
 import smartstage as ss
 from smartstage.passes.tfdata_service import SCOPE
+from tests.bounds import HANG_MILLIS
 
 pytestmark = [pytest.mark.cluster]
 
 ROWS, BATCH = 40, 4
-STEP_MILLIS = 30000
+STEP_MILLIS = HANG_MILLIS
 FETCHES = ["rows:0", "x_out:0", "ids:0"]
 
 

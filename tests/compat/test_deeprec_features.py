@@ -15,6 +15,7 @@ from smartstage.compat import tf as dtf
 from smartstage.config import deeprec
 from smartstage.config.options import enable_smart_stage, options_from_config, to_session_config
 from smartstage.session.record import live_rewrite_of
+from tests.bounds import JOB_HANG_SECONDS
 from tests.compat.zoo_runner import PORT_FLAGS, load_zoo, write_data
 
 # -- DeepRec-only features: one error naming the script flag that turns them off -------------------------------
@@ -292,7 +293,7 @@ def test_tf_layers_work_when_the_script_imported_tensorflow_and_keras_first():
         "loss = dtf.keras.losses.BinaryCrossentropy()(dtf.ones([2]), dtf.ones([2]))\n"
         "print('OK', y.shape, len(dtf.get_collection(dtf.GraphKeys.UPDATE_OPS)))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=JOB_HANG_SECONDS,
                           env={"TF_CPP_MIN_LOG_LEVEL": "3", **__import__("os").environ})
     assert "OK (None, 4) 2" in done.stdout, done.stderr[-2000:]
 

@@ -19,8 +19,9 @@ from smartstage import examples
 from smartstage.inspection.replay import compare_runs
 from smartstage.graph.view import GraphView
 from smartstage.runtime import run_initializer
+from tests.bounds import HANG_MILLIS
 
-STEP_MILLIS = 20000
+STEP_MILLIS = HANG_MILLIS
 
 
 def auto(capacity: int = 3, num_threads: int = 1, **kwargs) -> tf.compat.v1.ConfigProto:

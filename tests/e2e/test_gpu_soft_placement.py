@@ -16,13 +16,14 @@ from smartstage.inspection.replay import compare_runs
 from smartstage.config.options import enable_smart_stage
 from smartstage.optimizer import optimize
 from smartstage.runtime import make_prefetch_hook, staged, start_prefetch_threads
+from tests.bounds import HANG_MILLIS
 
 SOFT = tf.compat.v1.ConfigProto(allow_soft_placement=True)
 GPU_ON = enable_smart_stage(do_smart_stage_gpu=True)
 GPU_STREAMS = enable_smart_stage(do_smart_stage_gpu=True, stage_multi_stream=True)
 ROWS, BATCH = 24, 2
 BATCHES = ROWS // BATCH
-STEP_MILLIS = 20000  # a main step that would hang because of a bug fails instead
+STEP_MILLIS = HANG_MILLIS  # a main step that would hang because of a bug fails instead
 
 
 def bounded() -> tf.compat.v1.RunOptions:

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from tests.bounds import JOB_HANG_SECONDS
 from tests.passes.test_fold_dataset import BATCH, ROWS, lookup_graph, optimized, run_flag_off
 
 STOCK_TRAINING = """
@@ -33,7 +34,7 @@ def test_the_optimized_graph_trains_in_a_stock_monitored_training_session(form, 
     path = tmp_path / "optimized.meta"
     path.write_bytes(optimized(meta).meta_graph_def.SerializeToString())
     done = subprocess.run([sys.executable, "-c", STOCK_TRAINING, str(path)], capture_output=True, text=True,
-                          timeout=180, cwd=tmp_path)
+                          timeout=JOB_HANG_SECONDS, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     losses = json.loads(done.stdout.strip().splitlines()[-1])
     expected = [float(v) for v in run_flag_off(meta, ROWS // BATCH)]

@@ -8,9 +8,11 @@ import time
 import pytest
 import tensorflow as tf
 
-# A main-side run that would hang because of a bug fails with DeadlineExceededError instead.
-STEP_MILLIS = 20000
-BOUND_SECONDS = 20.0
+from tests.bounds import HANG_MILLIS, HANG_SECONDS
+
+# A main-side run that would hang because of a bug fails with DeadlineExceededError instead (tests/bounds.py).
+STEP_MILLIS = HANG_MILLIS
+BOUND_SECONDS = HANG_SECONDS
 
 
 def bounded() -> tf.compat.v1.RunOptions:

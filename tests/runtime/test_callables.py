@@ -9,9 +9,9 @@ from tensorflow.core.protobuf import config_pb2
 
 import smartstage.runtime as ss
 from smartstage.runtime.producers.callables import ProducerRuns
-from tests.runtime.helpers import drain, range_input, wait_until
+from tests.runtime.helpers import STEP_MILLIS, drain, range_input, wait_until
 
-OPTIONS = config_pb2.RunOptions(timeout_in_ms=20000)
+OPTIONS = config_pb2.RunOptions(timeout_in_ms=STEP_MILLIS)
 
 
 def test_runs_give_what_run_gives_and_make_one_callable_per_fetch_list(graph):

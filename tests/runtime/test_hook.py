@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import smartstage.runtime as ss
-from tests.runtime.helpers import bounded, range_input
+from tests.runtime.helpers import BOUND_SECONDS, bounded, range_input
 
 
 def _train_until_done(sess, fetches, limit: int = 10000) -> list:
@@ -107,7 +107,7 @@ def test_session_recreation_restarts_the_prefetch_threads(graph):
             assert sess.run(y, options=bounded()).decode() == text
         assert abort.sessions == 2
         assert prefetch.threads is not first_threads
-        assert first_threads.join(timeout=20)   # the old session's threads have ended
+        assert first_threads.join(timeout=BOUND_SECONDS)   # the old session's threads have ended
         assert first_threads.error is None
 
 

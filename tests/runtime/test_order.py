@@ -22,7 +22,7 @@ import smartstage as ss_top
 import smartstage.runtime as ss
 from smartstage.runtime.lanes.lanes import autotune_max_lanes
 from smartstage.runtime.tuning.autotune import AUTOTUNE_HARD_CAPACITY
-from tests.runtime.helpers import bounded, drain, range_input, wait_until
+from tests.runtime.helpers import BOUND_SECONDS, bounded, drain, range_input, wait_until
 
 STEPS = 30
 
@@ -121,7 +121,7 @@ def test_end_of_input_delivers_each_batch_once_in_order(graph, num_threads):
         assert drain(sess, y) == list(range(37))
         with pytest.raises(tf.errors.OutOfRangeError):
             sess.run(y, options=bounded())
-        assert threads.join(timeout=20)
+        assert threads.join(timeout=BOUND_SECONDS)
     assert threads.error is None
 
 

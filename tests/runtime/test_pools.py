@@ -23,7 +23,7 @@ from smartstage.runtime.tuning.autotune import POOL_PAIRS, Tuner
 from smartstage.runtime.tuning.meter import Window
 from smartstage.runtime.stage.metadata import stage_defs
 from smartstage.runtime.tuning.pools import prefetch_pool_threads, tunable_pool, with_prefetch_pool
-from tests.runtime.helpers import bounded, lanes_config, range_input
+from tests.runtime.helpers import BOUND_SECONDS, bounded, lanes_config, range_input
 
 
 def test_a_config_without_pools_gets_a_main_and_a_prefetch_pool():
@@ -116,7 +116,7 @@ def test_ss_session_gives_the_stage_a_pool_to_try_and_keeps_every_batch_in_order
     assert stage.stage_subgraph_thread_pool_id == AUTOTUNE      # the default, recorded in the StageDef
     with ssp.Session(graph=graph, config=lanes_config()) as sess:   # the stage on lanes, not folded
         assert tunable_pool(sess._config) == 1
-        got, deadline = [], time.monotonic() + 60
+        got, deadline = [], time.monotonic() + BOUND_SECONDS
         while time.monotonic() < deadline:
             got.append(int(sess.run(y, options=bounded())))
             (decision,) = sess.prefetch_threads.decisions()

@@ -19,7 +19,8 @@ from tensorflow.core.protobuf import config_pb2
 
 import smartstage.runtime as ss
 from smartstage.errors import StageRuntimeError
-from tests.runtime.helpers import bounded, drain, prefetch_threads_alive, range_input, wait_until
+from tests.runtime.helpers import (BOUND_SECONDS, bounded, drain, prefetch_threads_alive, range_input,
+                                   wait_until)
 
 
 @pytest.mark.parametrize(
@@ -34,7 +35,7 @@ def test_every_batch_arrives_exactly_once(graph, capacity, num_threads):
             # After the end of input the buffer stays closed: the next take fails at once too.
             with pytest.raises(tf.errors.OutOfRangeError):
                 sess.run(y, options=bounded())
-            assert threads.join(timeout=20)
+            assert threads.join(timeout=BOUND_SECONDS)
         assert threads.error is None
     assert sorted(got) == list(range(40))
 
@@ -114,7 +115,7 @@ def test_coordinator_stop_stops_blocked_threads(graph):
         threads = ss.start_prefetch_threads(sess, coord=coord)
         sess.run(y, options=bounded())
         coord.request_stop()
-        assert threads.join(timeout=20)
+        assert threads.join(timeout=BOUND_SECONDS)
         assert threads.error is None
 
 
@@ -155,9 +156,9 @@ def test_session_close_while_puts_block_is_prompt_and_leaves_no_thread(graph):
     size = sess.graph.get_tensor_by_name("stage/size:0")
     wait_until(lambda: sess.run(size) == 1, "a full buffer")
     closer = _close_in_background(sess)
-    closer.join(20)
+    closer.join(BOUND_SECONDS)
     assert not closer.is_alive()
-    assert threads.join(timeout=20)
+    assert threads.join(timeout=BOUND_SECONDS)
     assert threads.error is None
 
 
@@ -180,11 +181,11 @@ def test_session_close_while_main_and_prefetch_block(graph):
     # Best effort to close while the step waits; the assertions hold either way.
     step.join(0.3)
     closer = _close_in_background(sess)
-    closer.join(20)
-    step.join(20)
+    closer.join(BOUND_SECONDS)
+    step.join(BOUND_SECONDS)
     assert not closer.is_alive() and not step.is_alive()
     assert outcome and isinstance(outcome[0], (tf.errors.CancelledError, RuntimeError))
-    assert threads.join(timeout=20)
+    assert threads.join(timeout=BOUND_SECONDS)
     assert threads.error is None
 
 

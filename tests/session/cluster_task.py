@@ -25,9 +25,11 @@ import tensorflow as tf  # noqa: E402
 
 tf.compat.v1.disable_eager_execution()
 
+from tests.bounds import HANG_MILLIS, HANG_SECONDS  # noqa: E402
+
 STEPS = 20
-WAIT_SECONDS = 60.0
-STEP_MILLIS = 30000
+WAIT_SECONDS = HANG_SECONDS
+STEP_MILLIS = HANG_MILLIS
 
 
 def wait_for(path: str) -> None:

@@ -12,8 +12,9 @@ import numpy as np
 import tensorflow as tf
 
 import smartstage as ss
+from tests.bounds import HANG_MILLIS
 
-STEP_MILLIS = 20000
+STEP_MILLIS = HANG_MILLIS
 ROWS = 64
 BATCH = 4
 

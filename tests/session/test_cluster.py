@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.bounds import JOB_HANG_SECONDS
 from tests.cluster.cluster import free_ports
 
 pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
-BOUND_SECONDS = 120.0
+BOUND_SECONDS = JOB_HANG_SECONDS
 STEPS = 20
 
 

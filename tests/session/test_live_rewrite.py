@@ -10,6 +10,7 @@ import smartstage as ss
 from smartstage.session.live_rewrite import NEW_SCOPE
 from smartstage.session.record import live_rewrite_of
 from smartstage.session.session import Session
+from tests.bounds import HANG_SECONDS
 from tests.session.graphs import bounded, init_ops, small_model
 from tests.session.graphs import lanes_flag as flag  # the rebuilt buffer (lanes), not the fold: test_fold_session.py
 
@@ -163,7 +164,7 @@ def train_queue_runner_model(on: bool):
         finally:
             coord.request_stop()
             sess.run(graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)[0].cancel_op)
-            coord.join(threads, stop_grace_period_secs=10)
+            coord.join(threads, stop_grace_period_secs=HANG_SECONDS)
     (runner,) = graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
     return losses, runner, sess.smart_stage
 

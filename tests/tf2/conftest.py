@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from tensorflow.python.eager import context
 
+from tests.bounds import JOB_HANG_SECONDS
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -49,7 +51,7 @@ def run_eager_child(tmp_path_factory):
         before:  subprocess.run([sys.executable, __file__, out], ...) and json.loads(...) in each eager test module
         after:   run_eager_child(__file__, "calls.json") -> {"staged": {"raised": "EagerModeError", ...}, ...}
     """
-    def run(script: str, record: str, timeout: int = 600) -> dict:
+    def run(script: str, record: str, timeout: float = JOB_HANG_SECONDS) -> dict:
         out = tmp_path_factory.mktemp(Path(script).stem)
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
         proc = subprocess.run([sys.executable, str(script), str(out)], cwd=REPO_ROOT, env=env, capture_output=True,

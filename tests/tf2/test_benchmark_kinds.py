@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 
 from benchmarks.tf2_kinds import KINDS
-from tests.benchmark_runs import run_benchmark
+from tests.benchmark_runs import SMOKE_SECONDS, run_benchmark
 
 
 def test_smoke_measures_every_kind_and_plots(tmp_path):
-    run_benchmark("tf2", tmp_path, "--smoke", "--kinds", ",".join(KINDS), timeout=900)
+    run_benchmark("tf2", tmp_path, "--smoke", "--kinds", ",".join(KINDS),
+                  quiet_seconds=SMOKE_SECONDS["tf2 --kinds"])
     result = json.loads((tmp_path / "tf2-latest.json").read_text())
     assert sorted(result["kinds"]) == sorted(KINDS) and result["settings"] == []
     for kind, settings in result["kinds"].items():
@@ -32,7 +33,7 @@ def test_smoke_measures_every_kind_and_plots(tmp_path):
 
 def test_strategy_smoke_compares_fit_and_model_fit_under_two_replicas(tmp_path):
     #   python -m benchmarks.tf2_strategy --smoke: two tf_keras kinds, CPU and 5 ms device, 2 replicas
-    run_benchmark("tf2_strategy", tmp_path, "--smoke", timeout=900)
+    run_benchmark("tf2_strategy", tmp_path, "--smoke", quiet_seconds=SMOKE_SECONDS["tf2_strategy"])
     result = json.loads((tmp_path / "tf2-strategy-latest.json").read_text())
     assert [(m["kind"], m["device_ms"]) for m in result["measured"]] == [
         ("tf_keras_functional", 0.0), ("tf_keras_subclassed", 0.0), ("tf_keras_functional", 5.0),

@@ -19,12 +19,13 @@ import tensorflow as tf
 from tensorflow.python.eager import context
 
 from smartstage.errors import ConfigError
+from tests.bounds import HANG_SECONDS
 
 pytestmark = pytest.mark.usefixtures("eager")
 
 BATCHES = 12
 BATCH = 8
-WAIT_SECONDS = 120
+WAIT_SECONDS = HANG_SECONDS
 
 
 def raw_batches() -> tf.data.Dataset:

@@ -16,12 +16,13 @@ import pytest
 import smartstage as ss
 from smartstage.inspection.render.drawing import build_drawing
 from smartstage.inspection.render.html import html_report
+from tests.bounds import HANG_SECONDS
 from tests.inspection.graphs import dlrm_example, tiny_graph
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 CHROMIUM = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)")
-CHROMIUM_SECONDS = 120
+CHROMIUM_SECONDS = HANG_SECONDS
 
 
 @pytest.fixture(scope="module")
