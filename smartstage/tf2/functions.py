@@ -166,6 +166,31 @@ def unpack(element, packing: Packing) -> list:
     return boundary
 
 
+def stateless_call(concrete, element) -> Any:
+    """`concrete(*element)` as a PartitionedCall op in the function being traced (a dataset's map function).
+
+    A call of a function holding a stateful op is a StatefulPartitionedCall, which tf.data's iterator
+    checkpoint refuses whole ("StatefulPartitionedCall is stateful"). The prefetch side holds no state of its
+    own: its stateful ops are reads of read-only tables, which tf.data allows in a checkpointed map and checks
+    op by op inside the called function when it saves (an op it does not allow still fails the save there,
+    by name). So the map calls it as what it is to tf.data, a stateless call, and its iterator saves and
+    restores its position as tf.data's own map does.
+
+        before:  dataset.map(lambda *e: body(*e))                    # SerializeIterator: FailedPrecondition
+        after:   dataset.map(lambda *e: stateless_call(body_cf, e))   # tf.train.Checkpoint(iterator=...) saves
+    """
+    from tensorflow.python.eager import context
+
+    # The call options TensorFlow's own call op carries (the Grappler settings of tf.config.optimizer), so the
+    # body is optimized exactly as when it is called the usual way.
+    options = context.context().function_call_options.as_attrs()
+    flat = tf.nest.flatten(element, expand_composites=True)
+    results = tf.raw_ops.PartitionedCall(args=list(flat) + list(concrete.captured_inputs),
+                                         Tout=[t.dtype for t in concrete.outputs], f=concrete,
+                                         config_proto=options["config_proto"], executor_type=options["executor_type"])
+    return tf.nest.pack_sequence_as(concrete.structured_outputs, results, expand_composites=True)
+
+
 def prefetch_function(sides: Sides, traced: TracedStep) -> Callable:
     """The map function: a dataset element in, the boundary tensors out (a tuple, in boundary order).
 
@@ -197,7 +222,7 @@ def prefetch_function(sides: Sides, traced: TracedStep) -> Callable:
     body = tf.function(prefetch_body, autograph=False)
 
     def prefetch_side(*element):
-        return body(*element)
+        return stateless_call(body.get_concrete_function(*element), element)
 
     packing = plan_packing(sides, traced)
     prefetch_side.packing = packing

@@ -43,8 +43,9 @@ class RestoreCounts:
                 f"{self.lost[:12]}...)")
 
 
-def _run(args: list[str], expect_kill: bool) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "tests.runtime.restore_job", *args]
+def _run(args: list[str], expect_kill: bool, job: str = "tests.runtime.restore_job") -> subprocess.CompletedProcess:
+    """Runs the job module `job` with `args`: it must end by SIGKILL (expect_kill) or exit 0, within JOB_SECONDS."""
+    command = [sys.executable, "-m", job, *args]
     try:
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=JOB_SECONDS)
     except subprocess.TimeoutExpired as error:
@@ -93,3 +94,13 @@ def count(log: Path, records: int) -> RestoreCounts:
         trained.update(ids)
     return RestoreCounts(records=records, restored_step=restored, killed_steps=len(killed), trained=dict(trained),
                          resumed_ended=ended)
+
+
+def kill_and_resume_job(directory: Path, job: str, args: tuple[str, ...] = (), records: int = 400) -> RestoreCounts:
+    """kill_and_resume for another job module that takes --dir, --records and --phase and writes the same log
+    (tests/tf2/restore_loop.py: a TF2 custom loop on a split step)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    common = ["--dir", str(directory), "--records", str(records), *args]
+    _run([*common, "--phase", "kill"], expect_kill=True, job=job)
+    _run([*common, "--phase", "resume"], expect_kill=False, job=job)
+    return count(directory / "steps.log", records)
