@@ -35,8 +35,8 @@ from smartstage.tf2.keras_split import KerasSplit, compile_like, graph_model, sp
 from smartstage.tf2.keras_step import (TEST_STEP, TRAIN_STEP, ModelStepSplit, is_compiled, keras_family, model_key,
                                        replaced_steps, split_model_step, step_function)
 from smartstage.tf2.replicas import distributing, substituting
-from smartstage.tf2.trial import Verdict, time_split, time_steps
-from smartstage.tf2.user_state import check_state_on, unchanged
+from smartstage.tf2.trial import Verdict, time_eager_steps, time_split, time_steps
+from smartstage.tf2.user_state import check_state_on, model_state_variables, unchanged
 
 logger = logging.getLogger(__name__)
 
@@ -211,6 +211,12 @@ def _timed(model, halves, dataset: tf.data.Dataset, measure: bool, tfdata_servic
     if TRAIN_STEP not in halves.trials:
         if isinstance(halves, ModelStepSplit):
             halves.trials[TRAIN_STEP] = time_split(halves.split, dataset, in_function=True)
+        elif model.run_eagerly:  # fit runs the steps as Python: timed as fit runs them
+            if not model.optimizer.built:
+                model.optimizer.build(model.trainable_variables)
+            halves.trials[TRAIN_STEP] = time_eager_steps(
+                (halves.trainer.train_step, halves.map(dataset)), (model.train_step, dataset),
+                model_state_variables(model))
         else:
             own = step_function(model, TRAIN_STEP, autograph=False)
             trainer = step_function(halves.trainer, TRAIN_STEP, autograph=False)

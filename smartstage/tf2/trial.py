@@ -21,6 +21,7 @@ user's data only where a new iterator reads the same elements again from the sta
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import statistics
 import time
@@ -38,7 +39,14 @@ ROUNDS = 7  # interleaved rounds per program: a median over a shared machine's b
 ROUND_SECONDS = 0.3  # about how long one program runs per round
 WARMUP_SECONDS = 0.5  # each program runs this long before the rounds: tf.data's AUTOTUNE settles its buffers
 MIN_STEPS, MAX_STEPS = 5, 400  # steps per round, whatever the step's speed
-PAYS_AT = 1.0  # the split is kept when its median ratio reaches this
+# The split is kept when its median ratio reaches this. Either program trains the same values; within the
+# trial's noise (a median of interleaved rounds still moves a few percent between runs on a shared machine)
+# the unmodified program is kept, so a tie does not flip the route from one run to the next.
+PAYS_AT = 1.05
+# The trial's wall time, tracing and copying included: once it is spent, no round starts past the MIN_ROUNDS-th
+# (so a trial takes BUDGET_SECONDS or its warm-up and MIN_ROUNDS rounds of MIN_STEPS steps, whichever is longer).
+BUDGET_SECONDS = 15.0
+MIN_ROUNDS = 3
 MAX_COPY_BYTES = 1 << 30  # the variables copied for the trial, at most (a larger step is not timed)
 
 
@@ -50,6 +58,7 @@ class Verdict:
     unsplit_rates: tuple[float, ...] = ()
     skipped: str = ""
     threshold: float = PAYS_AT
+    seconds: float = 0.0  # the trial's wall time, tracing and copying included
 
     @property
     def ratios(self) -> tuple[float, ...]:
@@ -70,7 +79,8 @@ class Verdict:
         ratios = self.ratios
         return (f"the split step ran {self.ratio:.2f}x the unsplit one (median of {len(ratios)} interleaved rounds, "
                 f"{min(ratios):.2f}-{max(ratios):.2f}; {statistics.median(self.split_rates):.0f} vs "
-                f"{statistics.median(self.unsplit_rates):.0f} steps/s, on copies of the step's state)")
+                f"{statistics.median(self.unsplit_rates):.0f} steps/s; the split is kept from {self.threshold:.2f}x; "
+                f"the trial took {self.seconds:.1f} s)")
 
 
 class NotTimeable(Exception):
@@ -166,10 +176,13 @@ def _unread(dataset: tf.data.Dataset, threshold: float | None) -> Verdict | None
 
 
 def _guarded(split, unsplit, in_function: bool, rounds: int | None, seconds: float | None,
-             threshold: float | None) -> Verdict:
-    """_time_programs, with a dataset that yields nothing or a failing trial turned into a skipped verdict."""
+             threshold: float | None, started: float | None = None) -> Verdict:
+    """_time_programs, with a dataset that yields nothing or a failing trial turned into a skipped verdict.
+    `started`: when the trial began (its tracing and copying count against BUDGET_SECONDS)."""
+    started = time.perf_counter() if started is None else started
     try:
-        return _time_programs(split, unsplit, in_function, rounds, seconds, threshold)
+        verdict = _time_programs(split, unsplit, in_function, rounds, seconds, threshold, started)
+        return dataclasses.replace(verdict, seconds=time.perf_counter() - started)
     except (StopIteration, tf.errors.OutOfRangeError):
         return Verdict(skipped="the dataset yields no batch", threshold=_threshold(threshold))
     except Exception as e:  # a failing trial must not fail the training it only advises: the split is kept
@@ -185,7 +198,7 @@ def _failed(error: Exception, threshold: float | None) -> Verdict:
 
 
 def _time_programs(split, unsplit, in_function: bool, rounds: int | None, seconds: float | None,
-                   threshold: float | None) -> Verdict:
+                   threshold: float | None, started: float) -> Verdict:
     rounds = ROUNDS if rounds is None else rounds  # looked up per call, so a setting of the module's holds
     seconds = ROUND_SECONDS if seconds is None else seconds
     wrap = _in_function if in_function else _in_python
@@ -202,7 +215,10 @@ def _time_programs(split, unsplit, in_function: bool, rounds: int | None, second
         _run(step, iterators[name], steps_for(WARMUP_SECONDS))
     steps = steps_for(seconds)
     rates: dict[str, list[float]] = {name: [] for name in programs}
+    budget = BUDGET_SECONDS  # looked up per call, as the other settings
     for round_ in range(rounds):
+        if round_ >= min(rounds, MIN_ROUNDS) and time.perf_counter() - started > budget:
+            break
         order = list(programs) if round_ % 2 == 0 else list(reversed(programs))
         for name in order:
             rates[name].append(_run(programs[name][0], iterators[name], steps))
@@ -221,6 +237,7 @@ def time_split(halves, dataset: tf.data.Dataset, *, in_function: bool = False, r
     """
     from smartstage.tf2.functions import main_function, mapped_dataset, whole_step_function
 
+    started = time.perf_counter()
     unread = _unread(dataset, threshold)
     if unread is not None:
         return unread
@@ -235,7 +252,7 @@ def time_split(halves, dataset: tf.data.Dataset, *, in_function: bool = False, r
     mapped = mapped_dataset(dataset, halves.prefetch_function, deterministic=halves.deterministic)
     return _guarded((lambda element: main(*tf.nest.flatten(element)), mapped),
                     (lambda element: whole(*tf.nest.flatten(element, expand_composites=True)),
-                     dataset.prefetch(tf.data.AUTOTUNE)), in_function, rounds, seconds, threshold)
+                     dataset.prefetch(tf.data.AUTOTUNE)), in_function, rounds, seconds, threshold, started)
 
 
 def _on_copies(step, dataset: tf.data.Dataset, roots: list) -> tuple[Callable, Any]:
@@ -262,6 +279,7 @@ def time_steps(split: tuple[Any, tf.data.Dataset], unsplit: tuple[Any, tf.data.D
         before:  model.fit(ds)  or  trainer.fit(halves.map(ds)), chosen by hand
         after:   time_steps((trainer_step, halves.map(ds)), (model_step, ds), [model]).pays
     """
+    started = time.perf_counter()
     unread = _unread(unsplit[1], threshold)
     if unread is not None:
         return unread
@@ -271,8 +289,32 @@ def time_steps(split: tuple[Any, tf.data.Dataset], unsplit: tuple[Any, tf.data.D
     except Exception as e:
         return _failed(e, threshold)
     return _guarded((split_step, split[1]), (unsplit_step, unsplit[1].prefetch(tf.data.AUTOTUNE)), True, rounds,
-                    seconds, threshold)
+                    seconds, threshold, started)
+
+
+def time_eager_steps(split: tuple[Callable, tf.data.Dataset], unsplit: tuple[Callable, tf.data.Dataset],
+                     variables: list, *, rounds: int | None = None, seconds: float | None = None,
+                     threshold: float | None = None) -> Verdict:
+    """Two eager steps (Python callables of one element), each with its dataset, as Keras's fit runs a model
+    compiled with run_eagerly=True: the program fit would run, not its traced twin. They update `variables`
+    (every variable the steps may write: the model's, its optimizer's and metrics', its seed generators),
+    whose values are put back exactly afterwards.
+
+        before:  ss.tf2.fit(eager_model, ds)      # timed as traced steps, which fit does not run
+        after:   time_eager_steps((trainer.train_step, mapped), (model.train_step, ds), variables).pays
+    """
+    started = time.perf_counter()
+    unread = _unread(unsplit[1], threshold)
+    if unread is not None:
+        return unread
+    saved = [(variable, variable.numpy()) for variable in variables]
+    try:
+        return _guarded(split, (unsplit[0], unsplit[1].prefetch(tf.data.AUTOTUNE)), False, rounds, seconds,
+                        threshold, started)
+    finally:
+        for variable, value in saved:
+            variable.assign(value)
 
 
 __all__ = ["MAX_COPY_BYTES", "NotTimeable", "PAYS_AT", "ROUNDS", "StateCopies", "Verdict", "state_copies",
-           "time_programs", "time_split", "time_steps"]
+           "time_eager_steps", "time_programs", "time_split", "time_steps"]

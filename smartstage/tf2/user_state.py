@@ -134,7 +134,8 @@ def _digest(value) -> str:
     return hashlib.blake2b(array.tobytes() + str((array.dtype, array.shape)).encode(), digest_size=16).hexdigest()
 
 
-def _model_variables(model) -> list:
+def model_state_variables(model) -> list:
+    """Every variable of `model`, its optimizer and metrics, and its layers' seed generators, once each."""
     found: dict[int, Any] = {}
 
     def add(variables) -> None:
@@ -202,7 +203,7 @@ def _global_entries() -> dict[str, str]:
 
 def _model_entries(model) -> dict[str, str]:
     entries = {}
-    for index, variable in enumerate(_model_variables(model)):
+    for index, variable in enumerate(model_state_variables(model)):
         name = getattr(variable, "path", None) or getattr(variable, "name", f"variable {index}")
         entries[f"variable {name} [{id(variable)}]"] = _digest(_value(variable))
     compiled = getattr(model, "compiled", getattr(model, "_is_compiled", None))
@@ -296,4 +297,4 @@ def unchanged(what: str, model=None, datasets: tuple = (), roots: tuple = (), *,
 
 
 __all__ = ["CHECK_STATE_ENV", "SHARED_SOURCE_OPS", "STATE_WRITING_OPS", "Snapshot", "check_state_on",
-           "iteration_changes", "snapshot", "unchanged"]
+           "iteration_changes", "model_state_variables", "snapshot", "unchanged"]

@@ -191,3 +191,34 @@ def unshuffled(name: str) -> tf.data.Dataset:
 
 def predictions(model, dataset: tf.data.Dataset) -> np.ndarray:
     return np.asarray(model.predict(dataset.map(lambda x, y: x), verbose=0))
+
+
+class EagerRecorder(keras.layers.Layer):
+    """An identity layer that records, for each training call, whether it ran eagerly."""
+
+    calls: list = []
+
+    def call(self, x, training=None):
+        if training:
+            type(self).calls.append(tf.executing_eagerly())
+        return x
+
+
+def keras3_eager() -> keras.Model:
+    """A Keras 3 functional model with stock steps, compiled with run_eagerly=True, whose EagerRecorder layer
+    (on the main side, after the first Dense) records how it runs."""
+    keras.utils.set_random_seed(1)
+    inputs = _keras3_inputs()
+    user = keras.layers.Embedding(len(fm.USERS) + 1, 4, name="user_embedding")(
+        keras.layers.StringLookup(vocabulary=fm.USERS, name="users")(inputs["user"]))
+    item = keras.layers.Embedding(16, 4, name="item_embedding")(
+        keras.layers.Hashing(num_bins=16, name="items")(inputs["item"]))
+    features = keras.layers.Concatenate(name="concat")([keras.layers.Flatten()(user), keras.layers.Flatten()(item),
+                                                        inputs["age"] / 80.0])
+    hidden = EagerRecorder(name="recorder")(keras.layers.Dense(8, activation="relu", name="hidden")(features))
+    model = keras.Model(inputs, keras.layers.Dense(1, name="score")(keras.layers.Dropout(0.3)(hidden)),
+                        name="eager_functional")
+    EagerRecorder.calls = []
+    model.compile(keras.optimizers.Adam(0.01), "mse", metrics=[keras.metrics.MeanAbsoluteError(name="mae")],
+                  run_eagerly=True)
+    return model

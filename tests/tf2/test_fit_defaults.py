@@ -126,3 +126,25 @@ def test_the_state_check_names_what_changed():
             next(iter(dataset.batch(2)))
     before = snapshot(Holder())
     assert before.differences(snapshot(Holder())) == []
+
+
+@pytest.mark.parametrize("verdict", ["pays", "slower"])
+def test_a_run_eagerly_model_is_timed_as_fit_runs_it(verdict, monkeypatch):
+    """The trial times the program fit will run: eager steps for a model compiled with run_eagerly=True (traced
+    steps would time another program); the model's state is put back, and training matches model.fit."""
+    monkeypatch.setattr(trial, "PAYS_AT", VERDICTS[verdict])
+    reference = rm.keras3_eager()
+    expected = batch_losses(reference)
+    reference.fit(rm.shuffled(reshuffle=False), epochs=2, callbacks=[expected], verbose=0)
+    model = rm.keras3_eager()
+    got = batch_losses(model)
+    history = keras_fit.fit(model, rm.shuffled(reshuffle=False), epochs=2, callbacks=[got], verbose=0)
+    calls = rm.EagerRecorder.calls
+    assert len(calls) > 12 and all(calls)  # fit's 12 training calls and the trial's, every one eager
+    result = history.smartstage
+    if verdict == "pays":
+        assert result.trials["train_step"].ratio is not None and result.trials["train_step"].seconds > 0
+    else:
+        assert isinstance(result, NotSplit) and result.reason.startswith("measured: the split step ran")
+    assert got.losses == expected.losses
+    assert_same_weights(reference, model)
