@@ -30,6 +30,16 @@ def eager():
 
 
 @pytest.fixture(autouse=True)
+def state_checked(monkeypatch):
+    """Every TF2 test runs with the state check on (smartstage.tf2.user_state): whatever decides a split
+    (analysis, tracing, the trial) raises StateChangedError if it changes the user's variables, seeds,
+    generators or the next iteration of the user's dataset."""
+    from smartstage.tf2.user_state import CHECK_STATE_ENV
+
+    monkeypatch.setenv(CHECK_STATE_ENV, "1")
+
+
+@pytest.fixture(autouse=True)
 def fit_splits_untimed(monkeypatch):
     """ss.tf2.fit times a new split against the model's own step and keeps the faster program
     (smartstage.tf2.trial), which depends on the machine's load. Tests of what fit splits, and of its values,
