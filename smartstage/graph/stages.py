@@ -163,7 +163,9 @@ def missing_hook_message(stage: str) -> str:
         f"MonitoredTrainingSession, or call smartstage.start_prefetch_threads(sess) after creating "
         f"a plain Session, before running a step that reads from '{stage}'. If you did, the graph "
         f"lost its stage descriptions (collection 'smartstage_stages'): load it with "
-        f"tf.compat.v1.train.import_meta_graph, not import_graph_def."
+        f"tf.compat.v1.train.import_meta_graph, not import_graph_def. If SmartStage folded the stage into its "
+        f"tf.data dataset, the step reads its batch elsewhere and this fetch (a hook's, say) of what staged() "
+        f"returned cannot be served in a stock session: use smartstage.MonitoredTrainingSession, which maps it."
     )
 
 

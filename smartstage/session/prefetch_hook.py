@@ -69,6 +69,9 @@ class FoldingPrefetchHook(PrefetchHook):
             record = prepare_graph(graph, SmartStageOptions(tf_data_stage=self.tf_data_stage))
             if record is not None and record.stages:
                 self._mapper = FetchMapper(record)  # a stock session: fetches the rewrite took away are refused
+                folded = {stage.name for stage in record.stages if stage.folded_into}
+                if self._stages is not None:  # a folded stage has no threads to start: its buffer left the step
+                    self._stages = [s for s in self._stages if (s.name if isinstance(s, StageDef) else s) not in folded]
         super().begin()
 
     def before_run(self, run_context):

@@ -89,6 +89,16 @@ def test_begin_folds_the_stage_into_its_dataset_before_the_graph_is_finalized(gr
         assert hook.threads is not None and hook.threads.stage_names == []
 
 
+@pytest.mark.parametrize("named", ["name", "StageDef"])
+def test_a_hook_naming_a_stage_the_fold_takes_starts_nothing_for_it(graph, named):
+    loss, iterator, _ = _training_graph(dict(capacity=2, num_threads=2))
+    (stage_def,) = ss.stage_defs(graph)
+    hook = ss.make_prefetch_hook(stages=["stage" if named == "name" else stage_def])
+    with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook], scaffold=_scaffold(iterator)) as sess:
+        assert list(folded_reads(graph)) == ["stage"] and hook.threads.stage_names == []
+        sess.run(loss, options=bounded())
+
+
 def test_a_fetch_of_the_old_take_fails_naming_the_fix(graph):
     loss, iterator, staged = _training_graph(dict(capacity=2, num_threads=1))
     with tf.compat.v1.train.MonitoredTrainingSession(hooks=[ss.make_prefetch_hook()],
@@ -97,6 +107,16 @@ def test_a_fetch_of_the_old_take_fails_naming_the_fix(graph):
                                                  r"smartstage.MonitoredTrainingSession.*tf_data_stage='lanes'"):
             sess.run([loss, staged["value"]], options=bounded())
         sess.run(loss, options=bounded())              # the step itself runs on
+
+
+def test_another_hooks_fetch_of_the_old_take_fails_at_once_naming_the_fold(graph):
+    # A stock session runs the other hooks' SessionRunArgs as given; the old take's guard fails that run.
+    loss, iterator, staged = _training_graph(dict(capacity=2, num_threads=1))
+    logging_hook = tf.compat.v1.train.LoggingTensorHook({"value": staged["value"]}, every_n_iter=1)
+    with tf.compat.v1.train.MonitoredTrainingSession(hooks=[ss.make_prefetch_hook(), logging_hook],
+                                                     scaffold=_scaffold(iterator)) as sess:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="folded the stage into its tf.data dataset"):
+            sess.run(loss, options=bounded())
 
 
 def test_tf_data_stage_lanes_keeps_the_stage_on_lanes(graph):
