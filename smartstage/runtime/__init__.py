@@ -10,7 +10,7 @@ into the iterator's dataset by the SmartStage sessions, flag on or off (passes/f
 session/session.py): a deterministic map + prefetch, no buffer, no thread of ours, one session.run per step,
 and a checkpoint restore trains every record once (the iterator's saved state holds what tf.data buffered).
 Lanes remain for what tf.data cannot carry: queue readers, fed inputs (feed_dict), input tasks, error
-policies a dataset has no equivalent for, and tf_data_stage="lanes" (or a stock session, which does not
+policies a dataset has no equivalent for, and tf_data_stage="lanes" (or a plain stock Session, which does not
 fold). A restore of a lanes stage is a stock queue's: the buffered batches are not saved, and a lanes stage
 on a checkpointed iterator warns once (stage/saved_inputs.py). Of a folded stage only the pipeline hook
 reads anything (the step's trace).
