@@ -109,8 +109,9 @@ def test_runnable_blocks_run(page: Path, tmp_path: Path):
     path = tmp_path / "page.py"
     path.write_text(script(page))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_SECONDS)
+    # A FutureWarning raised at a line of the page (a deprecated spelling in the docs) fails the run.
+    done = subprocess.run([sys.executable, "-W", "error::FutureWarning:__main__", str(path)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS)
     assert done.returncode == 0, (f"{page.relative_to(ROOT)}: its runnable blocks failed (mark a fragment "
                                   f"{ILLUSTRATIVE} or fix it):\n{done.stderr[-4000:]}")
 
