@@ -209,8 +209,9 @@ def test_troubleshooting_covers_the_first_errors():
 
 
 # A measured figure: a ratio (1.14x, 0.73-0.97x), a time per read (187 µs), a rate (340 steps/s), or a fraction of
-# the bare step ("0.97-0.98 of the bare step"). Settings (a 5 ms device step, a 20% threshold) are not figures.
-FIGURE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?(?:x\b| ?µs\b| steps/s\b)"
+# the bare step ("0.97-0.98 of the bare step"). Settings (a 5 ms device step, a 20% threshold, a split "kept from
+# 1.05x") are not figures; write any other setting in a code span.
+FIGURE = re.compile(r"(?<![\w.])(?<!from )\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?(?:x\b| ?µs\b| steps/s\b)"
                     r"|\b0\.\d\d(?:-\d\.\d\d)? of (?:the|its) ")
 PERF_LINK = re.compile(r"\]\((?:\.\./|docs/)?(perf/[^)#\s]+)")
 ANY_CODE_SPAN = re.compile(r"`[^`]*`")  # a span may wrap a line: an example message is not a measurement
@@ -241,6 +242,7 @@ def test_figure_pattern_finds_results_not_settings():
     assert found("ran 1.03-1.49x the map") and found("187 µs a read") and found("0.97-0.98 of the bare step")
     assert found("at 340 steps/s") and found("ran 0.94x")
     assert not found("a 5 ms device step, 2 cores, batch 512, a 20% threshold, `0.84x the unsplit one`")
+    assert not found("the split is kept from 1.05x")
 
 
 def test_report_index_lists_every_report_with_its_date():
