@@ -73,12 +73,9 @@ class KerasSplit:
             features = tuple(features) if isinstance(features, (list, tuple)) else (features,)
             return (features, *rest) if rest else features
 
-        mapped = dataset.map(prefetch_side, num_parallel_calls=tf.data.AUTOTUNE, deterministic=self.deterministic)
-        if tfdata_service is not None:
-            from smartstage.tf2.service import distribute_on_service
+        from smartstage.tf2.functions import mapped_dataset
 
-            mapped = distribute_on_service(mapped, tfdata_service)
-        return mapped.prefetch(tf.data.AUTOTUNE)
+        return mapped_dataset(dataset, prefetch_side, deterministic=self.deterministic, tfdata_service=tfdata_service)
 
     def explain(self, layer: str) -> str:
         """Why a layer call moved to the dataset or stays in the model; for a pin from the op-level partition,
