@@ -33,7 +33,7 @@ import tensorflow as tf  # noqa: E402
 
 from benchmarks.report import DEFAULT_OUT, Spread, machine_info, machine_line, markdown_table, write_outputs  # noqa: E402
 from smartstage.examples.data import write_criteo_csv  # noqa: E402
-from smartstage.runtime.producers.prefetch_threads import latest_prefetch_threads  # noqa: E402
+from smartstage.runtime.lanes.producers.prefetch_threads import latest_prefetch_threads  # noqa: E402
 from tests.compat.zoo_runner import load_zoo  # noqa: E402
 
 RUNS = {"off": ["--do_smart_stage", "False"], "on": ["--do_smart_stage", "True"]}

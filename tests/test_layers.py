@@ -8,6 +8,10 @@ its own layer, no modules import each other in a circle, and no module imports a
     inspection | session                L4  views of a result | the result inside a training session
     cli, compat, smartstage/__init__    L5  the command and the facades
     examples                            --  model builders for the demo, tests and benchmarks (leaf)
+
+Inside the runtime, one door: smartstage.runtime.lanes (the ordered lanes, their producers, tuning and pools) is
+imported by its own modules and by smartstage.runtime.door only, so a session whose stages all folded never
+loads it (tests/runtime/test_lanes_door.py runs one).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ LAYER = {
 }
 SIBLINGS = {frozenset({"smartstage.passes", "smartstage.runtime"}),
             frozenset({"smartstage.inspection", "smartstage.session"})}
+# The lanes room and its one door: no other module of the package imports the room.
+LANES_ROOM, LANES_DOOR = "smartstage.runtime.lanes", "smartstage.runtime.door"
 # The one upward import allowed: OptimizeResult.diff() was public API before the layers existed.
 ALLOWED_UPWARD = {("smartstage.result", "smartstage.inspection.diff")}
 
@@ -110,7 +116,7 @@ def layer_of(module: str) -> tuple[str, int]:
 
 def test_no_import_cycle():
     # TYPE_CHECKING imports count: two modules that name each other's types depend on each other (reach the
-    # other through a Protocol in a module below both, as runtime/producers/host.py does).
+    # other through a Protocol in a module below both, as runtime/lanes/producers/host.py does).
     cycles = _circles(import_graph())
     assert not cycles, f"modules that import each other in a circle: {cycles}"
 
@@ -132,6 +138,37 @@ def test_every_import_points_down_or_within_its_layer():
         if source_unit == "smartstage.examples":
             upward.append(f"{source} -> {target} (examples build models and import no smartstage layer)")
     assert not upward, "imports that point up or sideways: " + ", ".join(sorted(upward))
+
+
+def _in(module: str, unit: str) -> bool:
+    return module == unit or module.startswith(unit + ".")
+
+
+def door_breaches(graph: nx.DiGraph) -> list[str]:
+    """`source -> target` for every import of the lanes room by a module outside it other than the door."""
+    return sorted(f"{source} -> {target}" for source, target in graph.edges
+                  if _in(target, LANES_ROOM) and not _in(source, LANES_ROOM) and source != LANES_DOOR)
+
+
+def test_only_the_door_imports_the_lanes_room():
+    breaches = door_breaches(import_graph())
+    assert not breaches, ("imports of the lanes room outside its door (go through smartstage.runtime.door, "
+                          "which imports it only when a stage runs on lanes): " + ", ".join(breaches))
+    # the door does import it (lazily): the rule is about a real edge, not an empty room
+    assert any(_in(target, LANES_ROOM) for target in import_graph().successors(LANES_DOOR))
+
+
+def test_the_door_check_finds_a_module_that_walks_around_the_door(tmp_path):
+    package = _package(tmp_path, {
+        "runtime/__init__.py": "",
+        "runtime/lanes/__init__.py": "",
+        "runtime/lanes/producers.py": "X = 1\n",
+        "runtime/door.py": "def start():\n    from smartstage.runtime.lanes.producers import X\n",
+        "runtime/hooks.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                            "    from smartstage.runtime.lanes.producers import X\n",
+        "session.py": "from smartstage.runtime.door import start\n",
+    })
+    assert door_breaches(import_graph(package)) == ["smartstage.runtime.hooks -> smartstage.runtime.lanes.producers"]
 
 
 @pytest.mark.parametrize("graph_edges, expected", [

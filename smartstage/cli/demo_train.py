@@ -79,7 +79,7 @@ def train_once(files, device_ms: float, flag: bool, seconds: float, *, batch_siz
     import smartstage as ss
     from smartstage.examples import DLRMOptions, InputOptions, build_dlrm
     from smartstage.examples.device import build_device_model
-    from smartstage.runtime.producers.prefetch_threads import latest_prefetch_threads
+    from smartstage.runtime.door import latest_prefetch_threads
 
     def settled() -> bool:
         threads = latest_prefetch_threads(graph)

@@ -150,8 +150,8 @@ def run_steps(graph, fetches: Sequence[str], steps: int, *, init_ops: Sequence[s
 
     Without `config`, TensorFlow's own graph rewrites are off (see as_written_config). target: the session's
     master ("" in-process; "grpc://..." a cluster's trainer, see inspection/loopback.py)."""
-    from smartstage.runtime import start_prefetch_threads
-    from smartstage.runtime.producers.prefetch_threads import STOP_JOIN_SECONDS
+    from smartstage.runtime.door import start_prefetch_threads
+    from smartstage.runtime.stage.settings import STOP_JOIN_SECONDS
 
     loaded = load_graph(graph)
     graph_obj = tf.Graph()

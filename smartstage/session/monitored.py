@@ -226,7 +226,7 @@ def MonitoredTrainingSession(  # noqa: N802  (TensorFlow's name)
         master=master, is_chief=is_chief, checkpoint_dir=checkpoint_dir, scaffold=scaffold, hooks=hooks,
         chief_only_hooks=chief_only_hooks, save_checkpoint_secs=save_checkpoint_secs,
         save_summaries_steps=save_summaries_steps, save_summaries_secs=save_summaries_secs,
-        config=session_config(config, master),
+        config=session_config(config, master, tf.compat.v1.get_default_graph()),
         stop_grace_period_secs=stop_grace_period_secs, log_step_count_steps=log_step_count_steps,
         max_wait_secs=max_wait_secs, save_checkpoint_steps=save_checkpoint_steps, summary_dir=summary_dir,
         save_graph_def=save_graph_def,

@@ -14,7 +14,7 @@ Every handle the user holds keeps working because nothing is removed or renamed.
 hook's SessionRunArgs and a step_fn's runs) of a tensor that moved to the prefetch side are served
 by the take output that carries it; anything else there raises TargetError naming the node.
 The stock ConfigProto fields reach TensorFlow (session_config), with a prefetch inter-op pool added for a
-session in this process (runtime/tuning/pools.py: AUTOTUNE may run the stages there); the SmartStage flags do not.
+session in this process (runtime/lanes/tuning/pools.py: AUTOTUNE may run the stages there); the SmartStage flags do not.
 
 Prefetch threads:
 - MonitoredTrainingSession: DeepRec's rule, the prefetch hook is required. A graph with stages and
@@ -33,7 +33,7 @@ import contextlib
 import logging
 import threading
 from dataclasses import replace
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import tensorflow as tf
 
@@ -44,11 +44,13 @@ from smartstage.graph.op_types import ITERATOR_READS
 from smartstage.session.fetches import FetchMapper
 from smartstage.session.record import LiveRewrite, live_rewrite_of
 from smartstage.session.live_rewrite import adopt_late_ops, rewrite_live_graph
-from smartstage.runtime import PrefetchThreads, stage_defs, start_prefetch_threads
-from smartstage.runtime.tuning.pools import with_prefetch_pool
+from smartstage.runtime import stage_defs
+from smartstage.runtime.door import lanes_stages, prepare_lanes, start_prefetch_threads, with_prefetch_pool
 from smartstage.runtime.hooks.reinit import ReinitWatch, fetch_ops
-from smartstage.runtime.producers.prefetch_threads import STOP_JOIN_SECONDS
-from smartstage.runtime.lanes.remote import prepare_all_lanes
+from smartstage.runtime.stage.settings import STOP_JOIN_SECONDS
+
+if TYPE_CHECKING:
+    from smartstage.runtime.door import PrefetchThreads
 
 logger = logging.getLogger(__name__)
 
@@ -124,14 +126,18 @@ class _RawSession:
         return tf.compat.v1.Session.run(self._session, *args, **kwargs)
 
 
-def session_config(config, target="") -> "tf.compat.v1.ConfigProto":
+def session_config(config, target="", graph: tf.Graph | None = None) -> "tf.compat.v1.ConfigProto":
     """The ConfigProto TensorFlow gets: `config`'s stock fields (to_session_config), and for a session in this
-    process a prefetch inter-op pool that AUTOTUNE may give the stages (runtime/tuning/pools.py).
+    process a prefetch inter-op pool that AUTOTUNE may give the stages on lanes (runtime/lanes/tuning/pools.py);
+    none when `graph` (the session's, once prepared) has no stage left on lanes.
 
         before:  ss.ConfigProto(do_smart_stage=True)
         after:   ConfigProto(session_inter_op_thread_pool=[main pool, prefetch pool])
     """
-    return with_prefetch_pool(to_session_config(config), target)
+    stock = to_session_config(config)
+    if graph is not None and not lanes_stages(graph):
+        return stock
+    return with_prefetch_pool(stock, target)
 
 
 class Session(tf.compat.v1.Session):
@@ -161,18 +167,18 @@ class Session(tf.compat.v1.Session):
         self._reinit: ReinitWatch | None = None
         # The flags are parsed here, once; the typed options go down to the rewrite.
         self._smartstage = prepare_graph(graph, options_from_config(config), targets)
-        if prefetch:
+        if prefetch and lanes_stages(graph):  # a stage survived the passes unfolded: only then the lanes
             self._build_lanes(graph)
         self._mapper = FetchMapper(self._smartstage)
-        super().__init__(target, graph=graph, config=session_config(config, target))
+        super().__init__(target, graph=graph, config=session_config(config, target, graph))
 
     def _build_lanes(self, graph: tf.Graph) -> None:
-        """Builds the stages' ordered lanes (runtime/lanes/lanes.py; on input tasks: runtime/lanes/remote.py) before any run:
-        they read the put's inputs on purpose, and built later (a queue runner's run racing the first step)
-        adopt_late_ops would rewire them to the take."""
+        """Builds the lanes of the stages left unfolded (runtime/lanes/lanes.py; on input tasks:
+        runtime/lanes/remote.py) before any run: they read the put's inputs on purpose, and built later (a queue
+        runner's run racing the first step) adopt_late_ops would rewire them to the take."""
         record = self._smartstage
         version = graph.version
-        prepare_all_lanes(graph, stage_defs(graph))
+        prepare_lanes(graph, lanes_stages(graph))
         if record is not None and record.last_id >= version:
             record.last_id = graph.version
             record.last_op_id = max(graph._nodes_by_id, default=0)  # noqa: SLF001

@@ -14,8 +14,8 @@ import numpy as np
 import tensorflow as tf
 
 import smartstage.runtime as ss
-from smartstage.runtime.tuning.autotune import Tuner
-from smartstage.runtime.tuning.meter import Window
+from smartstage.runtime.lanes.tuning.autotune import Tuner
+from smartstage.runtime.lanes.tuning.meter import Window
 from smartstage.runtime.lanes.lanes import autotune_max_lanes
 from tests.runtime.helpers import bounded, range_input
 

@@ -1,4 +1,4 @@
-"""The producer's runs through callables (runtime/producers/callables.py): same values as run(), made once per fetch list."""
+"""The producer's runs through callables (runtime/lanes/producers/callables.py): same values as run(), made once per fetch list."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
 import smartstage.runtime as ss
-from smartstage.runtime.producers.callables import ProducerRuns
+from smartstage.runtime.lanes.producers.callables import ProducerRuns
 from tests.runtime.helpers import STEP_MILLIS, drain, range_input, wait_until
 
 OPTIONS = config_pb2.RunOptions(timeout_in_ms=STEP_MILLIS)

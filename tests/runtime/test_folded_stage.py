@@ -19,7 +19,7 @@ import tensorflow as tf
 
 import smartstage as ss
 from smartstage.runtime.hooks.pipeline_hook import dataset_settings, folded_reads
-from smartstage.runtime.stage import saved_inputs
+from smartstage.runtime.lanes import saved_inputs
 from tests.runtime.helpers import RunCounter, bounded, lanes_config
 
 STEPS = 12

@@ -21,7 +21,7 @@ import tensorflow as tf
 import smartstage as ss_top
 import smartstage.runtime as ss
 from smartstage.runtime.lanes.lanes import autotune_max_lanes
-from smartstage.runtime.tuning.autotune import AUTOTUNE_HARD_CAPACITY
+from smartstage.runtime.lanes.tuning.autotune import AUTOTUNE_HARD_CAPACITY
 from tests.runtime.helpers import BOUND_SECONDS, bounded, drain, range_input, wait_until
 
 STEPS = 30

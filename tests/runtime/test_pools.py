@@ -1,4 +1,4 @@
-"""The prefetch side's own inter-op pool (runtime/tuning/pools.py) and AUTOTUNE's choice of it (runtime/tuning/autotune.py).
+"""The prefetch side's own inter-op pool (runtime/lanes/tuning/pools.py) and AUTOTUNE's choice of it (runtime/lanes/tuning/autotune.py).
 
     ss.Session(config)  ->  ConfigProto(session_inter_op_thread_pool=[main pool 0, prefetch pool 1])
     staged(x)           ->  use_stage_subgraph_thread_pool=AUTOTUNE: lanes settle first, then (own, shared)
@@ -17,12 +17,12 @@ from tensorflow.core.protobuf import config_pb2
 
 import smartstage as ssp
 import smartstage.runtime as ss
-from smartstage.runtime.tuning import autotune
+from smartstage.runtime.lanes.tuning import autotune
 from smartstage.runtime.stage.settings import AUTOTUNE, StageSettings
-from smartstage.runtime.tuning.autotune import POOL_PAIRS, Tuner
-from smartstage.runtime.tuning.meter import Window
+from smartstage.runtime.lanes.tuning.autotune import POOL_PAIRS, Tuner
+from smartstage.runtime.lanes.tuning.meter import Window
 from smartstage.runtime.stage.metadata import stage_defs
-from smartstage.runtime.tuning.pools import prefetch_pool_threads, tunable_pool, with_prefetch_pool
+from smartstage.runtime.lanes.tuning.pools import prefetch_pool_threads, tunable_pool, with_prefetch_pool
 from tests.runtime.helpers import BOUND_SECONDS, bounded, lanes_config, range_input
 
 
@@ -149,7 +149,7 @@ def test_a_plain_session_with_one_pool_keeps_the_shared_pool(graph):
 ])
 def test_stage_pools(stage, config, ordered, remote, expected):
     from smartstage.protos.stage_pb2 import StageDef
-    from smartstage.runtime.tuning.pools import stage_pools
+    from smartstage.runtime.lanes.tuning.pools import stage_pools
     proto = config_pb2.ConfigProto(session_inter_op_thread_pool=[config_pb2.ThreadPoolOptionProto()] * config)
     settings = StageSettings.from_def(StageDef(name="s", unordered=not ordered, **stage))
     options, tried, why = stage_pools(settings, proto, remote)
@@ -162,7 +162,7 @@ def test_stage_pools(stage, config, ordered, remote, expected):
 def test_a_missing_pool_index_is_one_error_naming_the_fix():
     from smartstage.errors import StageRuntimeError
     from smartstage.protos.stage_pb2 import StageDef
-    from smartstage.runtime.tuning.pools import check_stage_pool
+    from smartstage.runtime.lanes.tuning.pools import check_stage_pool
     stage = StageDef(name="s", use_stage_subgraph_thread_pool=True, stage_subgraph_thread_pool_id=1)
     with pytest.raises(StageRuntimeError, match=r"stage 's'.*pool 1.*has 1 session_inter_op_thread_pool"):
         check_stage_pool(StageSettings.from_def(stage),
@@ -173,7 +173,7 @@ def test_a_missing_pool_index_is_one_error_naming_the_fix():
 def test_autotune_tries_no_more_lanes_than_a_pinned_pool_has_threads(graph):
     """use_stage_subgraph_thread_pool=True on a 1-thread pool: a latency-bound body (best with many lanes
     on the shared pool) stays at one lane, since lanes on one pool thread cannot overlap."""
-    from smartstage.runtime.tuning.pools import explicit_pool_threads
+    from smartstage.runtime.lanes.tuning.pools import explicit_pool_threads
     x = range_input(10**6)
     body = tf.numpy_function(lambda v: (time.sleep(0.01), v)[1], [x], tf.int64, stateful=False)
     y = ss.staged(body, use_stage_subgraph_thread_pool=True, stage_subgraph_thread_pool_id=1)

@@ -13,7 +13,7 @@ import tensorflow as tf
 import smartstage.runtime as ss
 from smartstage.errors import StageRuntimeError
 from smartstage.protos.stage_pb2 import StageDef
-from smartstage.runtime.producers.prefetch_threads import PrefetchThreads
+from smartstage.runtime.lanes.producers.prefetch_threads import PrefetchThreads
 from smartstage.runtime.stage.settings import (AUTOTUNE, AUTOTUNE_START_CAPACITY, DEFAULT_MAX_BUFFERED_BYTES,
                                               StageSettings)
 from tests.runtime.helpers import bounded, range_input

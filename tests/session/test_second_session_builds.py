@@ -1,7 +1,7 @@
 """A second session of the same graph (evaluation after training) reuses what the first built: the lane ops
 (the graph gains no op), the rewrite, and it builds at most the executors its producer needs, flag on as off.
 
-Executors belong to a TensorFlow session, so every session builds its producer's again (runtime/producers/
+Executors belong to a TensorFlow session, so every session builds its producer's again (runtime/lanes/producers/
 callables.py). With shared lanes (one body copy, every run fed its ticket) that is three fetch lists whatever
 the lanes: the head's hand-in, the body and the merger's move; the put is never run, since its executor would
 hold the same head and body a second time (with the flag on, the moved work: on the Wide&Deep look-alike

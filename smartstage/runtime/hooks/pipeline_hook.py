@@ -32,15 +32,18 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
 from smartstage.graph.stage_names import DATASET_FOLD_SCOPE, folded_stage_of
 from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.stage.settings import AUTOTUNE, StageSettings
-from smartstage.runtime.tuning.autotune import PipelineStats
 from smartstage.runtime.stage.metadata import stage_defs
-from smartstage.runtime.producers.prefetch_threads import latest_prefetch_threads
+from smartstage.runtime.door import latest_prefetch_threads
+
+if TYPE_CHECKING:
+    from smartstage.runtime.door import PipelineStats
 
 logger = logging.getLogger(__name__)
 

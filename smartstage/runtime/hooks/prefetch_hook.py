@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import tensorflow as tf
 
@@ -24,8 +24,10 @@ from smartstage.graph.eager import SESSION_HOOK, require_graph_mode
 from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.stage.metadata import stage_defs
 from smartstage.runtime.hooks.reinit import ReinitWatch
-from smartstage.runtime.producers.prefetch_threads import PrefetchThreads, start_prefetch_threads
-from smartstage.runtime.lanes.remote import prepare_all_lanes
+from smartstage.runtime.door import lanes_stages, prepare_lanes, start_prefetch_threads
+
+if TYPE_CHECKING:
+    from smartstage.runtime.door import PrefetchThreads
 
 logger = logging.getLogger(__name__)
 
@@ -68,10 +70,12 @@ class PrefetchHook(tf.compat.v1.train.SessionRunHook):
         # with several threads, and those of stages placed on input tasks, are built now, from the puts as they are.
         graph = tf.compat.v1.get_default_graph()
         names = None if self._stages is None else {s.name if isinstance(s, StageDef) else s for s in self._stages}
-        prepare_all_lanes(graph, [d for d in stage_defs(graph) if names is None or d.name in names])
+        prepare_lanes(graph, [d for d in stage_defs(graph) if names is None or d.name in names])
 
     def after_create_session(self, session, coord) -> None:
         self._stop_threads()
+        if self._stages is None and not lanes_stages(session.graph):
+            return  # every stage folded into its dataset: no thread to start (the lanes stay unimported)
         self._threads = start_prefetch_threads(session, coord=coord, stages=self._stages)
         self._reinit = ReinitWatch(session.graph, self._threads.stage_names)
 

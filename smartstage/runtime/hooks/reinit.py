@@ -31,12 +31,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import tensorflow as tf
 
 from smartstage.runtime.stage.metadata import stage_defs
-from smartstage.runtime.producers.prefetch_threads import PrefetchThreads
+
+if TYPE_CHECKING:
+    from smartstage.runtime.door import PrefetchThreads
 
 logger = logging.getLogger(__name__)
 

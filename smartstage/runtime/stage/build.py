@@ -158,7 +158,7 @@ def staged(
         prefetch threads fails with StageRuntimeError when the session has no such pool. Once any
         pool is configured, main-side steps run on pool 0, so give the stage pool 1. False: the
         session's pool, shared with the steps. AUTOTUNE (the default): the runtime tries the session's
-        last pool against the shared one while training and keeps the faster (runtime/tuning/pools.py: the
+        last pool against the shared one while training and keeps the faster (runtime/lanes/tuning/pools.py: the
         sessions SmartStage makes have one; a session with a single pool keeps the shared one);
         recorded as stage_subgraph_thread_pool_id = AUTOTUNE.
     stage_subgraph_stream_id: recorded on the stage for the GPU multi-stream pass.
@@ -208,7 +208,7 @@ def staged(
             component_types=dtypes,
             shapes=shapes if fully_defined else [],
             # AUTOTUNE: an unbounded queue (-1, as auto-stage builds it); the prefetch threads keep it
-            # under the tuned capacity and max_buffered_bytes (runtime/tuning/autotune.py).
+            # under the tuned capacity and max_buffered_bytes (runtime/lanes/tuning/autotune.py).
             capacity=capacity,
             shared_name=stage_name,
             name="buffer",

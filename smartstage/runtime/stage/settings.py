@@ -19,6 +19,8 @@ from smartstage.protos.stage_pb2 import StageDef
 
 DEFAULT_MAX_BUFFERED_BYTES = 256 * 1024 * 1024
 AUTOTUNE_START_CAPACITY = 2  # a tuned capacity starts here and grows while the buffer runs dry
+# Seconds a session's close() (and a stage's pause or stop) waits for its prefetch threads to end.
+STOP_JOIN_SECONDS = 10.0
 
 
 @dataclass(frozen=True)

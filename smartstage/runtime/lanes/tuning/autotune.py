@@ -11,7 +11,7 @@ start with one lane; while the buffer runs empty (the step waits for input), try
 keep it when steps/s rose by more than the noise margin (one that gained less, the buffer still empty, gets
 one lane more judged against the best: a gentle slope), else go back and settle; capacity grows while
 the buffer still runs dry at the chosen lane count, never above what `max_buffered_bytes` allows.
-Then the pool, when it is AUTOTUNE and the session has a prefetch pool (runtime/tuning/pools.py): longer
+Then the pool, when it is AUTOTUNE and the session has a prefetch pool (runtime/lanes/tuning/pools.py): longer
 windows alternate the prefetch runs between the shared pool and their own (own, shared, own, ...), and
 the own pool is kept only when it ran faster than the shared one in most pairs and by more than
 POOL_MARGIN in the median pair (alternating, so a machine whose load drifts favours neither).
@@ -28,7 +28,7 @@ import enum
 import logging
 from dataclasses import dataclass
 
-from smartstage.runtime.tuning.meter import WINDOW_SECONDS, Window
+from smartstage.runtime.lanes.tuning.meter import WINDOW_SECONDS, Window
 
 logger = logging.getLogger(__name__)
 

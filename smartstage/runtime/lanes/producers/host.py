@@ -19,8 +19,8 @@ from tensorflow.core.protobuf import config_pb2
 
 from smartstage.runtime.lanes.remote import RemotePlan
 from smartstage.runtime.stage.settings import StageSettings
-from smartstage.runtime.tuning.autotune import Tuner
-from smartstage.runtime.tuning.meter import StageMeter
+from smartstage.runtime.lanes.tuning.autotune import Tuner
+from smartstage.runtime.lanes.tuning.meter import StageMeter
 
 
 class Owner(Protocol):

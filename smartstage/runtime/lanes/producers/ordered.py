@@ -25,9 +25,9 @@ import threading
 import time
 
 from smartstage.runtime.lanes.lanes import LaneGraph, discard_leftovers
-from smartstage.runtime.producers.callables import ProducerRuns
-from smartstage.runtime.producers.control import wait_below
-from smartstage.runtime.producers.host import ProducerHost
+from smartstage.runtime.lanes.producers.callables import ProducerRuns
+from smartstage.runtime.lanes.producers.control import wait_below
+from smartstage.runtime.lanes.producers.host import ProducerHost
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class OrderedProducer:
         self.active_lanes = min(self.tuner.lanes, self.workers)
         self.soft_capacity = self.tuner.capacity if self.tuner.tune_capacity else None
         self.threads: list[threading.Thread] = []
-        # callables (runtime/producers/callables.py); the stage's own when it keeps them across re-initialisations
+        # callables (runtime/lanes/producers/callables.py); the stage's own when it keeps them across re-initialisations
         self.runs = runs if runs is not None else ProducerRuns(self.sess, enabled=host.remote is None)
         self._builds_judged = self.runs.builds  # executors built before the tuner's current window
 
@@ -119,7 +119,7 @@ class OrderedProducer:
             return not (self.halted() or self._head_done)
 
     def _warm(self, index: int, parts: set[str]) -> None:
-        """Builds this worker's executors before it takes a ticket (runtime/producers/callables.py): the first batch
+        """Builds this worker's executors before it takes a ticket (runtime/lanes/producers/callables.py): the first batch
         of a lane the tuner tries must not carry them, nor stall the merger. `parts`: "lane" (its lane's head,
         body and move, needed once 2 or more lanes run, or from the first batch with shared lanes; the one-lane
         put of lanes of their own goes through run()). Lanes of their

@@ -19,7 +19,7 @@ import time
 
 from smartstage.runtime.lanes.lanes import LaneGraph, discard_leftovers
 from smartstage.runtime.lanes.remote import RemotePlan, named_task_error
-from smartstage.runtime.producers.host import ProducerHost
+from smartstage.runtime.lanes.producers.host import ProducerHost
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import time
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from smartstage.runtime.producers.control import session_closed
+from smartstage.runtime.lanes.producers.control import session_closed
 
 logger = logging.getLogger(__name__)
 

@@ -42,14 +42,14 @@ import tensorflow as tf
 from smartstage.errors import StageRuntimeError
 from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.stage.metadata import stage_defs
-from smartstage.runtime.stage.saved_inputs import warn_saved_iterators
-from smartstage.runtime.tuning.autotune import PipelineStats, TuningDecision
-from smartstage.runtime.producers.stage_threads import StageThreads
+from smartstage.runtime.stage.settings import STOP_JOIN_SECONDS
+from smartstage.runtime.lanes.saved_inputs import warn_saved_iterators
+from smartstage.runtime.lanes.tuning.autotune import PipelineStats, TuningDecision
+from smartstage.runtime.lanes.producers.stage_threads import StageThreads
 
 logger = logging.getLogger(__name__)
 
 # Bounds on the runtime's own waits (seconds).
-STOP_JOIN_SECONDS = 10.0
 WATCHDOG_POLL_SECONDS = 0.05
 
 # The latest started prefetch threads of each graph, for observers such as the pipeline hook (weak:
@@ -66,7 +66,7 @@ def latest_prefetch_threads(graph: tf.Graph) -> "PrefetchThreads | None":
 
 @dataclass(frozen=True)
 class ExecutorBuilds:
-    """What one stage's ordered producer built in this session (runtime/producers/callables.py; the runs of an
+    """What one stage's ordered producer built in this session (runtime/lanes/producers/callables.py; the runs of an
     unordered or sharded stage are not counted)."""
 
     stage: str

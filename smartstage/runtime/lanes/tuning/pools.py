@@ -10,7 +10,7 @@ user's config lists none: pool 0 for everything that does not ask (the steps), s
 `inter_op_parallelism_threads` (0: one thread per core, TensorFlow's default), and pool 1 for prefetch
 runs, half the cores (at least 1). Both are process-wide (`global_name`), as TensorFlow's default pool
 is, so a second session reuses them. A stage whose pool is AUTOTUNE runs on the shared pool 0 and tries
-pool 1 (runtime/tuning/autotune.py). A user's own pools are kept as they are (the last one is then the one
+pool 1 (runtime/lanes/tuning/autotune.py). A user's own pools are kept as they are (the last one is then the one
 tried); a distributed session (a server target) gets none: TensorFlow refuses pool options there.
 """
 

@@ -6,7 +6,7 @@
 `prepare()` is the one step that may add ops (the lanes, when the graph is not finalized); the constructor
 only looks up the stage's ops by name. `start()` hands the stage, as a ProducerHost (host.py), to one of
 three producers: OrderedProducer (ordered.py: the put on one lane, or ordered lanes, runtime/lanes/lanes.py),
-the default at every lane count, tuned by runtime/tuning/autotune.py when lanes / capacity are AUTOTUNE;
+the default at every lane count, tuned by runtime/lanes/tuning/autotune.py when lanes / capacity are AUTOTUNE;
 ShardedProducer (sharded.py) for a stage sharded over input tasks; UnorderedProducer (unordered.py) for a
 stage built with `deterministic=False` (StageDef.unordered).
 
@@ -29,16 +29,16 @@ from smartstage.errors import StageRuntimeError
 from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.lanes.lanes import LaneGraph, lane_count, lane_graph
 from smartstage.runtime.lanes.remote import named_task_error, remote_lane_graph, remote_plan
-from smartstage.runtime.producers.callables import ProducerRuns
-from smartstage.runtime.producers.control import CONTROL_RUN_MILLIS, quiet_run, session_closed
-from smartstage.runtime.producers.host import Owner
-from smartstage.runtime.producers.ordered import OrderedProducer
-from smartstage.runtime.producers.sharded import ShardedProducer
-from smartstage.runtime.producers.unordered import UnorderedProducer
+from smartstage.runtime.lanes.producers.callables import ProducerRuns
+from smartstage.runtime.lanes.producers.control import CONTROL_RUN_MILLIS, quiet_run, session_closed
+from smartstage.runtime.lanes.producers.host import Owner
+from smartstage.runtime.lanes.producers.ordered import OrderedProducer
+from smartstage.runtime.lanes.producers.sharded import ShardedProducer
+from smartstage.runtime.lanes.producers.unordered import UnorderedProducer
 from smartstage.runtime.stage.settings import StageSettings
-from smartstage.runtime.tuning.autotune import PipelineStats, Tuner
-from smartstage.runtime.tuning.meter import StageMeter
-from smartstage.runtime.tuning.pools import check_stage_pool, explicit_pool_threads, stage_pools
+from smartstage.runtime.lanes.tuning.autotune import PipelineStats, Tuner
+from smartstage.runtime.lanes.tuning.meter import StageMeter
+from smartstage.runtime.lanes.tuning.pools import check_stage_pool, explicit_pool_threads, stage_pools
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class StageThreads:
         return self._remote_options if self._remote_options is not None else self.run_options
 
     def _pools_and_tuner(self) -> tuple[dict[bool, config_pb2.RunOptions], Tuner]:
-        """The run options per pool (runtime/tuning/pools.py) and the tuner of lanes, capacity and pool."""
+        """The run options per pool (runtime/lanes/tuning/pools.py) and the tuner of lanes, capacity and pool."""
         settings = self.settings
         config = getattr(self.sess, "_config", None)
         options, tune_pool, note = stage_pools(settings, config, self.remote is not None)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from smartstage.runtime.producers.control import wait_below
-from smartstage.runtime.producers.host import ProducerHost
+from smartstage.runtime.lanes.producers.control import wait_below
+from smartstage.runtime.lanes.producers.host import ProducerHost
 
 logger = logging.getLogger(__name__)
 
