@@ -104,3 +104,45 @@ def kill_and_resume_job(directory: Path, job: str, args: tuple[str, ...] = (), r
     _run([*common, "--phase", "kill"], expect_kill=True, job=job)
     _run([*common, "--phase", "resume"], expect_kill=False, job=job)
     return count(directory / "steps.log", records)
+
+
+def add_job_arguments(parser) -> None:
+    """The arguments every job of this harness takes (restore_job.py, tests/tf2/restore_loop.py)."""
+    parser.add_argument("--phase", choices=["kill", "resume"], required=True)
+    parser.add_argument("--dir", required=True)
+    parser.add_argument("--records", type=int, default=400)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--save-steps", type=int, default=10)
+    parser.add_argument("--kill-at-step", type=int, default=30, help="kill after the first checkpoint from here")
+    parser.add_argument("--kill-after", type=int, default=3, help="steps run after that checkpoint, then SIGKILL")
+
+
+class StepLog:
+    """A job's side of the harness: record() appends "<phase> <step> <ids...>" to <dir>/steps.log, flushed and
+    fsynced before the next step, and in the kill phase SIGKILLs the job `kill_after` steps after the first
+    checkpoint (a step that is a multiple of `save_steps`) from `kill_at_step`; close() writes "<phase> end"."""
+
+    def __init__(self, args):
+        import os
+
+        self._args = args
+        self._log = open(os.path.join(args.dir, "steps.log"), "a")
+        self._killing_from = None
+
+    def record(self, step: int, ids) -> None:
+        import os
+
+        args = self._args
+        self._log.write(f"{args.phase} {step} {' '.join(str(i) for i in ids)}\n")
+        self._log.flush()
+        os.fsync(self._log.fileno())
+        if args.phase != "kill":
+            return
+        if self._killing_from is None and step >= args.kill_at_step and step % args.save_steps == 0:
+            self._killing_from = step  # this step's state was saved in this run
+        if self._killing_from is not None and step >= self._killing_from + args.kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def close(self) -> None:
+        self._log.write(f"{self._args.phase} end\n")
+        self._log.close()

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 
 import tensorflow as tf
+
+from tests.runtime.restore_counts import StepLog, add_job_arguments
 
 VOCABULARY = ["a", "b", "c", "d", "e", "f", "g"]
 
@@ -120,15 +121,9 @@ def _config(args) -> tf.compat.v1.ConfigProto:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=["prefetch", "off", "on"], required=True)
-    parser.add_argument("--phase", choices=["kill", "resume"], required=True)
-    parser.add_argument("--dir", required=True)
+    add_job_arguments(parser)
     parser.add_argument("--threads", type=int, default=1, help="num_threads (0: AUTOTUNE)")
     parser.add_argument("--capacity", type=int, default=4)
-    parser.add_argument("--records", type=int, default=400)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--save-steps", type=int, default=10)
-    parser.add_argument("--kill-at-step", type=int, default=30, help="kill after the first checkpoint from here")
-    parser.add_argument("--kill-after", type=int, default=3, help="steps run after that checkpoint, then SIGKILL")
     parser.add_argument("--tf-data-stage", default="", help="SmartStageOptions.tf_data_stage ('' = default)")
     parser.add_argument("--session", choices=["smartstage", "stock"], default="smartstage",
                         help="smartstage.MonitoredTrainingSession, or the stock one with make_prefetch_hook()")
@@ -149,22 +144,13 @@ def main(argv=None) -> int:
     else:
         hooks = [] if args.mode == "prefetch" else [ss.make_prefetch_hook()]
         session, config = ss.MonitoredTrainingSession, _config(args)
-    log = open(os.path.join(args.dir, "steps.log"), "a")
-    killing_from = None
+    log = StepLog(args)
     with session(checkpoint_dir=os.path.join(args.dir, "ckpt"), scaffold=scaffold, hooks=hooks, config=config,
                  save_checkpoint_steps=args.save_steps, save_checkpoint_secs=None, save_summaries_steps=None,
                  save_summaries_secs=None, log_step_count_steps=None) as sess:
         while not sess.should_stop():
             ids, step = sess.run([trained_ids, step_after])
-            log.write(f"{args.phase} {step} {' '.join(str(i) for i in ids)}\n")
-            log.flush()
-            os.fsync(log.fileno())
-            if args.phase == "kill":
-                if killing_from is None and step >= args.kill_at_step and step % args.save_steps == 0:
-                    killing_from = step  # the checkpoint hook saved this step's state in this run
-                if killing_from is not None and step >= killing_from + args.kill_after:
-                    os.kill(os.getpid(), signal.SIGKILL)
-    log.write(f"{args.phase} end\n")
+            log.record(step, ids)  # the checkpoint hook saves every --save-steps steps
     log.close()
     return 0
 

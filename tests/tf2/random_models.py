@@ -57,8 +57,8 @@ def _keras3_inputs():
             "age": keras.Input((1,), dtype="float32", name="age")}
 
 
-def keras3_functional() -> keras.Model:
-    keras.utils.set_random_seed(1)
+def _embedded_features():
+    """The Keras 3 inputs and their features: looked-up user and hashed item embeddings, and the scaled age."""
     inputs = _keras3_inputs()
     user = keras.layers.Embedding(len(fm.USERS) + 1, 4, name="user_embedding")(
         keras.layers.StringLookup(vocabulary=fm.USERS, name="users")(inputs["user"]))
@@ -66,6 +66,12 @@ def keras3_functional() -> keras.Model:
         keras.layers.Hashing(num_bins=16, name="items")(inputs["item"]))
     features = keras.layers.Concatenate(name="concat")([keras.layers.Flatten()(user), keras.layers.Flatten()(item),
                                                         inputs["age"] / 80.0])
+    return inputs, features
+
+
+def keras3_functional() -> keras.Model:
+    keras.utils.set_random_seed(1)
+    inputs, features = _embedded_features()
     hidden = keras.layers.Dropout(0.3, name="dropout")(keras.layers.Dense(8, activation="relu", name="hidden")(
         keras.layers.GaussianNoise(0.1, name="noise")(features)))
     model = keras.Model(inputs, keras.layers.Dense(1, name="score")(hidden), name="functional_dropout")
@@ -208,13 +214,7 @@ def keras3_eager() -> keras.Model:
     """A Keras 3 functional model with stock steps, compiled with run_eagerly=True, whose EagerRecorder layer
     (on the main side, after the first Dense) records how it runs."""
     keras.utils.set_random_seed(1)
-    inputs = _keras3_inputs()
-    user = keras.layers.Embedding(len(fm.USERS) + 1, 4, name="user_embedding")(
-        keras.layers.StringLookup(vocabulary=fm.USERS, name="users")(inputs["user"]))
-    item = keras.layers.Embedding(16, 4, name="item_embedding")(
-        keras.layers.Hashing(num_bins=16, name="items")(inputs["item"]))
-    features = keras.layers.Concatenate(name="concat")([keras.layers.Flatten()(user), keras.layers.Flatten()(item),
-                                                        inputs["age"] / 80.0])
+    inputs, features = _embedded_features()
     hidden = EagerRecorder(name="recorder")(keras.layers.Dense(8, activation="relu", name="hidden")(features))
     model = keras.Model(inputs, keras.layers.Dense(1, name="score")(keras.layers.Dropout(0.3)(hidden)),
                         name="eager_functional")

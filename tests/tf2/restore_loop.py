@@ -19,24 +19,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 
 import tensorflow as tf
 
+from tests.runtime.restore_counts import StepLog, add_job_arguments
 from tests.runtime.restore_job import VOCABULARY, _body, _records
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--phase", choices=["kill", "resume"], required=True)
-    parser.add_argument("--dir", required=True)
+    add_job_arguments(parser)
     parser.add_argument("--threads", type=int, default=1, help="the map's num_parallel_calls")
-    parser.add_argument("--records", type=int, default=400)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--save-steps", type=int, default=10)
-    parser.add_argument("--kill-at-step", type=int, default=30, help="kill after the first checkpoint from here")
-    parser.add_argument("--kill-after", type=int, default=3, help="steps run after that checkpoint, then SIGKILL")
     args = parser.parse_args(argv)
 
     import smartstage as ss
@@ -62,22 +56,13 @@ def main(argv=None) -> int:
     manager = tf.train.CheckpointManager(checkpoint, os.path.join(args.dir, "ckpt"), max_to_keep=3)
     if args.phase == "resume":
         checkpoint.restore(manager.latest_checkpoint).assert_consumed()
-    log = open(os.path.join(args.dir, "steps.log"), "a")
-    killing_from = None
+    log = StepLog(args)
     for element in iterator:
         out = split.step(element)
         step = int(step_count.assign_add(1).numpy())
-        log.write(f"{args.phase} {step} {' '.join(str(i) for i in out['ids'].numpy())}\n")
-        log.flush()
-        os.fsync(log.fileno())
         if step % args.save_steps == 0:
             manager.save()
-        if args.phase == "kill":
-            if killing_from is None and step >= args.kill_at_step and step % args.save_steps == 0:
-                killing_from = step
-            if killing_from is not None and step >= killing_from + args.kill_after:
-                os.kill(os.getpid(), signal.SIGKILL)
-    log.write(f"{args.phase} end\n")
+        log.record(step, out["ids"].numpy())
     log.close()
     return 0
 
