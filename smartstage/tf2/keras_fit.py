@@ -202,11 +202,11 @@ def _check_pays(model, verdict: Verdict) -> None:
     logger.info("fit(%s): %s", model.name, verdict.text())
 
 
-def _timed(model, halves, dataset: tf.data.Dataset, measure: bool, tfdata_service: str | None) -> None:
+def _timed(model, halves, dataset: tf.data.Dataset, measure: bool, tf_data_service: str | None) -> None:
     """Times a new split against the model's own train step (once per split: the verdict is kept with it);
     NothingToMoveError when it does not pay. Not timed: measure=False, a tf.data service (the trial would
     run a job on it) and a distribution strategy (its variables are not copied)."""
-    if not measure or tfdata_service is not None or _strategy(model) is not None:
+    if not measure or tf_data_service is not None or _strategy(model) is not None:
         return
     if TRAIN_STEP not in halves.trials:
         if isinstance(halves, ModelStepSplit):
@@ -224,10 +224,10 @@ def _timed(model, halves, dataset: tf.data.Dataset, measure: bool, tfdata_servic
     _check_pays(model, halves.trials[TRAIN_STEP])
 
 
-def _fit_layers(model, halves: KerasSplit, dataset, validation_data, callbacks, tfdata_service, fit_kwargs):
+def _fit_layers(model, halves: KerasSplit, dataset, validation_data, callbacks, tf_data_service, fit_kwargs):
     wrapped = [_on_user_model(c, model, halves.trainer) for c in (callbacks or ())]
     model.stop_training = False
-    history = halves.trainer.fit(halves.map(dataset, tfdata_service), callbacks=wrapped,
+    history = halves.trainer.fit(halves.map(dataset, tf_data_service), callbacks=wrapped,
                                  validation_data=None if validation_data is None else halves.map(validation_data),
                                  **fit_kwargs)
     history.smartstage = halves
@@ -235,16 +235,16 @@ def _fit_layers(model, halves: KerasSplit, dataset, validation_data, callbacks, 
     return history
 
 
-def _check_strategy(model, strategy, tfdata_service) -> None:
+def _check_strategy(model, strategy, tf_data_service) -> None:
     """SplitError for a strategy the step route does not split: only MirroredStrategy (one worker) is."""
     if not isinstance(strategy, tf.distribute.MirroredStrategy):
         raise SplitError(f"fit(): model {model.name!r} trains under {type(strategy).__name__}, and SmartStage splits "
                          "a distributed train step under tf.distribute.MirroredStrategy only; train it with "
                          "model.fit, or under MirroredStrategy")
-    if tfdata_service is not None:
+    if tf_data_service is not None:
         raise SplitError(f"fit(): model {model.name!r} trains under {type(strategy).__name__}, whose replicas each "
                          "read their own slice of the batch, and a tf.data service job hands out whole batches; "
-                         "drop tfdata_service=, or train without the strategy")
+                         "drop tf_data_service=, or train without the strategy")
 
 
 @contextlib.contextmanager
@@ -262,11 +262,11 @@ def _built_from(model, strategy, dataset: tf.data.Dataset):
         yield
 
 
-def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata_service, measure, check,
+def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tf_data_service, measure, check,
                fit_kwargs):
     strategy = _strategy(model)
     if strategy is not None:
-        _check_strategy(model, strategy, tfdata_service)
+        _check_strategy(model, strategy, tf_data_service)
     if model.run_eagerly:
         raise SplitError(f"fit(): model {model.name!r} is compiled with run_eagerly=True, which runs its train step "
                          "as Python on every batch, and a split step is a traced function; compile it with "
@@ -278,7 +278,7 @@ def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata
         _build_for(model, dataset, strategy)
     with unchanged(f"fit({model.name!r}) deciding its split", model, (dataset, validation_data), on=check):
         train = split_model_step(model, TRAIN_STEP, dataset, deterministic=deterministic, strategy=strategy)
-        _timed(model, train, dataset, measure, tfdata_service)
+        _timed(model, train, dataset, measure, tf_data_service)
         test = None
         if validation_data is not None:
             try:
@@ -291,7 +291,7 @@ def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata
     splits = {TRAIN_STEP: train} if test is None else {TRAIN_STEP: train, TEST_STEP: test}
     if strategy is None:
         with replaced_steps(model, splits):
-            history = model.fit(train.map(dataset, tfdata_service), callbacks=callbacks,
+            history = model.fit(train.map(dataset, tf_data_service), callbacks=callbacks,
                                 validation_data=validation_data if test is None else test.map(validation_data),
                                 **fit_kwargs)
     else:
@@ -316,14 +316,14 @@ def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata
 
 
 def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | None = None, callbacks=None,
-        deterministic: bool = True, split: KerasSplit | None = None, tfdata_service: str | None = None,
+        deterministic: bool = True, split: KerasSplit | None = None, tf_data_service: str | None = None,
         measure: bool = True, check_state: bool | None = None, **fit_kwargs) -> Any:
     """Trains `model` on `dataset` as model.fit would, with its input preprocessing moved into the dataset.
 
     model: a compiled Keras 3 or tf_keras model of any kind. dataset / validation_data: batched
     tf.data.Datasets of raw features ((x, y) or (x, y, sample_weight)), as model.fit takes them.
     deterministic: batches in input order (False is an explicit opt-out). split: a split_model() result to
-    reuse (layer route). tfdata_service: a dispatcher address: the training dataset, preprocessing included,
+    reuse (layer route). tf_data_service: a dispatcher address: the training dataset, preprocessing included,
     runs on tf.data service workers (validation data stays local). measure: time a new split against the
     model's own step on copies of its state (a few seconds, once per split) and train the model as it is when
     the split runs slower (smartstage.tf2.trial); False splits whatever it measures. check_state: snapshot
@@ -336,16 +336,21 @@ def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | N
         before:  history = model.fit(ds, epochs=3)
         after:   history = ss.tf2.fit(model, ds, epochs=3)
     """
+    if "tfdata_service" in fit_kwargs:
+        from smartstage.tf2.service import renamed_service
+
+        old = {"tfdata_service": fit_kwargs.pop("tfdata_service")}
+        tf_data_service = renamed_service("fit()", tf_data_service, old)
     keras_family(model)
     _check_dataset("dataset", dataset)
     _check_dataset("validation_data", validation_data)
     if fit_kwargs.get("x") is not None:
         raise SplitError("fit(): the data is the second argument, ss.tf2.fit(model, dataset, ...); drop x=")
     _check_arguments(model, fit_kwargs)
-    if tfdata_service is not None:
+    if tf_data_service is not None:
         from smartstage.tf2.service import check_address
 
-        tfdata_service = check_address(tfdata_service)
+        tf_data_service = check_address(tf_data_service)
     check = check_state_on(check_state)
     try:
         if isinstance(split, NotSplit):  # a fit that trained the model as it is: again
@@ -360,9 +365,9 @@ def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | N
                        on=check and split is None):
             halves = split or _layer_split(model, dataset, deterministic)
             if halves is not None and split is None:
-                _timed(model, halves, dataset, measure, tfdata_service)
+                _timed(model, halves, dataset, measure, tf_data_service)
         if halves is None:
-            return _fit_steps(model, dataset, validation_data, callbacks, deterministic, tfdata_service, measure,
+            return _fit_steps(model, dataset, validation_data, callbacks, deterministic, tf_data_service, measure,
                               check, dict(fit_kwargs))
     except NothingToMoveError as e:
         # Splitting would only add a map, or was timed slower: the model trains exactly as model.fit trains it,
@@ -375,7 +380,7 @@ def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | N
     if split is not None:
         compile_like(halves.trainer, model)
     logger.info("fit(%s): layer route, %d layer call(s) moved", model.name, len(halves.moved_layers))
-    return _fit_layers(model, halves, dataset, validation_data, callbacks, tfdata_service, fit_kwargs)
+    return _fit_layers(model, halves, dataset, validation_data, callbacks, tf_data_service, fit_kwargs)
 
 
 __all__ = ["NotSplit", "StepFit", "compile_like", "fit"]

@@ -63,9 +63,9 @@ class KerasSplit:
     def moved_layers(self) -> tuple[str, ...]:
         return tuple(v.layer for v in self.verdicts if v.moved)
 
-    def map(self, dataset: tf.data.Dataset, tfdata_service: str | None = None) -> tf.data.Dataset:
+    def map(self, dataset: tf.data.Dataset, tf_data_service: str | None = None) -> tf.data.Dataset:
         """`dataset` (x, (x, y) or (x, y, sample_weight)) with x replaced by the preprocessed features; with
-        `tfdata_service`, run on that dispatcher's workers (smartstage.tf2.service: at most once, no fixed order)."""
+        `tf_data_service`, run on that dispatcher's workers (smartstage.tf2.service: at most once, no fixed order)."""
         preprocessing = self.preprocessing
 
         def prefetch_side(x, *rest):
@@ -75,7 +75,7 @@ class KerasSplit:
 
         from smartstage.tf2.functions import mapped_dataset
 
-        return mapped_dataset(dataset, prefetch_side, deterministic=self.deterministic, tfdata_service=tfdata_service)
+        return mapped_dataset(dataset, prefetch_side, deterministic=self.deterministic, tf_data_service=tf_data_service)
 
     def explain(self, layer: str) -> str:
         """Why a layer call moved to the dataset or stays in the model; for a pin from the op-level partition,

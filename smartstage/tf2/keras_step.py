@@ -135,13 +135,13 @@ class ModelStepSplit:
     trials: dict = field(default_factory=dict, repr=False, compare=False)  # fit()'s timed Verdict, kept with the split
     functions: dict = field(default_factory=dict, repr=False, compare=False)  # what Keras built around the main side
 
-    def map(self, dataset: tf.data.Dataset, tfdata_service: str | None = None) -> tf.data.Dataset:
+    def map(self, dataset: tf.data.Dataset, tf_data_service: str | None = None) -> tf.data.Dataset:
         """`dataset` (raw batches with this split's element spec) mapped by the prefetch side, then prefetched;
         under a strategy, its per-replica slices are (smartstage.tf2.replicas)."""
         if self.strategy is not None:
             dataset = per_replica_dataset(self.strategy, dataset)
         return mapped_dataset(dataset, self.split.prefetch_function, deterministic=self.split.deterministic,
-                              tfdata_service=tfdata_service)
+                              tf_data_service=tf_data_service)
 
     def step(self, element):
         """The main side on one mapped element (the boundary tensors)."""

@@ -1,9 +1,9 @@
 """service: the split step's dataset, moved preprocessing included, run on tf.data service workers (one option).
 
     before:  split = ss.tf2.split(step, ds)                                            # the map runs here
-    after:   split = ss.tf2.split(step, ds, tfdata_service="grpc://dispatcher:5050")  # on the service's workers
+    after:   split = ss.tf2.split(step, ds, tf_data_service="grpc://dispatcher:5050")  # on the service's workers
 
-The same `tfdata_service` address string the v1 path takes (SmartStageOptions.tfdata_service,
+The same `tf_data_service` address string the v1 path takes (SmartStageOptions.tf_data_service,
 `DispatchServer.target`), and the same processing mode: `ShardingPolicy.DYNAMIC` (docs/scale-out.md, "Through
 tf.data service"). The dataset the user gave, with the map of the moved part after it, is registered with the
 dispatcher; each worker runs the whole pipeline on the source splits it is handed, and the step reads the
@@ -34,14 +34,30 @@ logger = logging.getLogger(__name__)
 PROCESSING_MODE = tf.data.experimental.service.ShardingPolicy.DYNAMIC  # as passes/tfdata_service.py
 
 
+def renamed_service(where: str, tf_data_service, renamed: dict):
+    """tf_data_service, or the value of its old spelling `tfdata_service=` in `renamed` (a FutureWarning);
+    ConfigError for any other keyword in `renamed`, or for both spellings given."""
+    from smartstage.config.renamed import renamed_keywords
+
+    unknown = sorted(set(renamed) - {"tfdata_service"})
+    if unknown:
+        raise ConfigError(f"{where} takes no argument {unknown[0]!r}; see help(smartstage.tf2.{where[:-2]})")
+    if not renamed:
+        return tf_data_service
+    given = {"tfdata_service": renamed["tfdata_service"]}
+    if tf_data_service is not None:
+        given["tf_data_service"] = tf_data_service
+    return renamed_keywords(where, given, stacklevel=3)["tf_data_service"]
+
+
 def check_address(address: object) -> str:
     """The dispatcher address as distribute() takes it, or ConfigError saying what to pass.
 
         check_address("grpc://localhost:5050")   # -> "grpc://localhost:5050"
-        check_address(5050)                      # ConfigError: tfdata_service=5050 is an int; pass ...
+        check_address(5050)                      # ConfigError: tf_data_service=5050 is an int; pass ...
     """
     if not isinstance(address, str) or not address.strip():
-        raise ConfigError(f"tfdata_service={address!r} is a {type(address).__name__}; pass the dispatcher's address "
+        raise ConfigError(f"tf_data_service={address!r} is a {type(address).__name__}; pass the dispatcher's address "
                           "as a string, 'grpc://host:port' (tf.data.experimental.service.DispatchServer(...).target)")
     return address.strip()
 
@@ -71,8 +87,8 @@ def distribute_on_service(mapped: tf.data.Dataset, address: str) -> tf.data.Data
     address = check_address(address)
     py_funcs = _py_func_nodes(mapped)
     if py_funcs:
-        raise ConfigError(f"tfdata_service={address!r}: the dataset runs a Python function (node {py_funcs[0]!r}), "
-                          "which a tf.data service worker in another process cannot call; drop tfdata_service, or "
+        raise ConfigError(f"tf_data_service={address!r}: the dataset runs a Python function (node {py_funcs[0]!r}), "
+                          "which a tf.data service worker in another process cannot call; drop tf_data_service, or "
                           "replace the py_func / numpy_function / from_generator with TensorFlow ops")
     logger.info("the split dataset runs on tf.data service %s (processing_mode=DYNAMIC)", address)
     return mapped.apply(tf.data.experimental.service.distribute(processing_mode=PROCESSING_MODE, service=address))

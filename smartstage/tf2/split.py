@@ -23,6 +23,7 @@ import tensorflow as tf
 from smartstage.errors import NothingToMoveError, SplitError
 from smartstage.tf2.analysis import STAGE, Analysis, analyse
 from smartstage.tf2.functions import main_function, mapped_dataset, prefetch_function
+from smartstage.tf2.service import renamed_service
 from smartstage.tf2.state import static_tables, step_roots
 from smartstage.tf2.surgery import Sides, cut
 from smartstage.tf2.trace import TracedStep, trace_step
@@ -43,7 +44,7 @@ class SplitStep:
     analysis: Analysis
     sides: Sides
     deterministic: bool = True
-    tfdata_service: str | None = None  # the dispatcher the dataset runs on (smartstage.tf2.service)
+    tf_data_service: str | None = None  # the dispatcher the dataset runs on (smartstage.tf2.service)
     main_function: Any = field(default=None, repr=False)  # the tf.function behind `step`
     prefetch_function: Callable | None = field(default=None, repr=False)  # the map function
     trial: Any = None  # with split(measure=True): the timed Verdict (smartstage.tf2.trial)
@@ -85,10 +86,10 @@ class SplitStep:
             f"{len(packing.groups)} by dtype)")
         lines.append(f"dataset: map(prefetch side, num_parallel_calls=AUTOTUNE, {order}).prefetch(AUTOTUNE), "
                      f"{width} tensor(s) per element{packed}")
-        if self.tfdata_service:
+        if self.tf_data_service:
             from smartstage.tf2.service import service_line
 
-            lines.append(service_line(self.tfdata_service))
+            lines.append(service_line(self.tf_data_service))
         if self.trial is not None:
             lines.append(f"timed: {self.trial.text()}")
         return "\n".join(lines)
@@ -118,7 +119,7 @@ def _check_dataset(dataset) -> None:
 
 def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, jit_compile: bool | None = None,
           num_parallel_calls: int = tf.data.AUTOTUNE, state=(), check_retrace: bool = True,
-          tfdata_service: str | None = None, measure: bool = False) -> SplitStep:
+          tf_data_service: str | None = None, measure: bool = False, **renamed) -> SplitStep:
     """Splits a `tf.function` step: preprocessing into `dataset.map`, the rest into a new step.
 
     step: the @tf.function the loop calls as step(batch) or step(*batch). dataset: what the loop iterates.
@@ -126,19 +127,21 @@ def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, 
     read_only: variables that are not trainable and only read by the step may move (module state.py).
     jit_compile: for the main side (default: the step's own). state: objects holding the step's tables when
     its closure does not reach them (a model, a module). check_retrace: trace twice to catch Python state.
-    tfdata_service: a dispatcher address ("grpc://host:port"): the dataset, moved part included, runs on
+    tf_data_service: a dispatcher address ("grpc://host:port"): the dataset, moved part included, runs on
     tf.data service workers (at most once, no fixed order across workers: smartstage.tf2.service).
     measure: time the split loop against the step's own on copies of its state (smartstage.tf2.trial, a few
     seconds) and raise NothingToMoveError when the split runs slower; the verdict is in `.trial`.
+    renamed: `tfdata_service=`, the old spelling of tf_data_service= (a FutureWarning).
 
         before:  for batch in ds: train_step(batch)
         after:   ds2, step2 = ss.tf2.split(train_step, ds);  for batch in ds2: step2(batch)
     """
+    tf_data_service = renamed_service("split()", tf_data_service, renamed)
     _check_dataset(dataset)
-    if tfdata_service is not None:
+    if tf_data_service is not None:
         from smartstage.tf2.service import check_address
 
-        tfdata_service = check_address(tfdata_service)
+        tf_data_service = check_address(tf_data_service)
     traced = trace_step(step, dataset.element_spec, check_retrace=check_retrace)
     tables = static_tables(step_roots(step) + list(state))
     analysis = analyse(traced, tables, read_only)
@@ -155,7 +158,7 @@ def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, 
     main_fn = main_function(sides, traced, traced.jit_compile if jit_compile is None else jit_compile,
                             prefetch_fn.packing)
     new_dataset = mapped_dataset(dataset, prefetch_fn, deterministic=deterministic,
-                                 num_parallel_calls=num_parallel_calls, tfdata_service=tfdata_service)
+                                 num_parallel_calls=num_parallel_calls, tf_data_service=tf_data_service)
 
     # The concrete function, called directly: a tf.function with an input_signature binds and checks its
     # arguments in Python on every call, which cost more than the main side of a small step (about 2x here).
@@ -168,9 +171,9 @@ def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, 
     logger.info("split %s: %d op(s) moved, %d boundary tensor(s)", split_step.__name__, len(partition.moved),
                 len(sides.boundary))
     result = SplitStep(dataset=new_dataset, step=split_step, traced=traced, analysis=analysis, sides=sides,
-                       deterministic=deterministic, tfdata_service=tfdata_service, main_function=main_fn,
+                       deterministic=deterministic, tf_data_service=tf_data_service, main_function=main_fn,
                        prefetch_function=prefetch_fn)
-    if measure and tfdata_service is None:
+    if measure and tf_data_service is None:
         verdict = time_split(result, dataset)
         if not verdict.pays:
             raise NothingToMoveError(f"split(): splitting {split_step.__name__!r} does not pay: {verdict.text()}; "

@@ -219,7 +219,7 @@ def test_the_step_route_on_tf_data_service_workers():
         before = [w.copy() for w in model.get_weights()]
         assert before
         history = sst.fit(model, fm.dataset(("user", "item")), epochs=2, callbacks=[losses], verbose=0,
-                          tfdata_service=dispatcher.target)
+                          tf_data_service=dispatcher.target)
         assert "LookupTableFindV2" in {n.op for n in history.smartstage.train.split.traced.graph_def.node
                                        if n.name in history.smartstage.train.split.moved}
         assert len(history.history["loss"]) == 2 and len(losses.losses) >= 12   # each worker batches its share

@@ -153,8 +153,8 @@ def _child(out: Path) -> None:
         mirrored = fm.ranking_tf_keras()
     for name, call in (
             ("one_device", lambda: sst.fit(ranking, fm.dataset(("user", "item")), epochs=1, verbose=0)),
-            ("tfdata_service", lambda: sst.fit(mirrored, fm.dataset(("user", "item")), epochs=1, verbose=0,
-                                               tfdata_service="grpc://localhost:5050")),
+            ("tf_data_service", lambda: sst.fit(mirrored, fm.dataset(("user", "item")), epochs=1, verbose=0,
+                                               tf_data_service="grpc://localhost:5050")),
             ("verify", lambda: split.train.verify(fm.dataset(("user", "item"))))):
         try:
             call()
@@ -182,7 +182,7 @@ def test_step_route_under_mirrored_strategy_is_model_fit_under_it(run_eager_chil
     assert record["keras3_strings"]["moved"] > 0 and record["keras3_strings"]["loss"][0] > 0
     refused = record["refused"]
     assert "OneDeviceStrategy" in refused["one_device"] and "MirroredStrategy only" in refused["one_device"]
-    assert "tf.data service" in refused["tfdata_service"] and "drop tfdata_service=" in refused["tfdata_service"]
+    assert "tf.data service" in refused["tf_data_service"] and "drop tf_data_service=" in refused["tf_data_service"]
     assert "compare ss.tf2.fit with model.fit" in refused["verify"]
     assert refused["untouched"]
 

@@ -108,7 +108,7 @@ def test_fit_with_its_preprocessing_on_tf_data_service_workers():
         model, losses = preprocessing_model(), BatchLosses()
         before = [w.copy() for w in model.get_weights()]
         history = sst.fit(model, raw_dataset(), epochs=2, callbacks=[losses], verbose=0,
-                          tfdata_service=dispatcher.target)
+                          tf_data_service=dispatcher.target)
         assert len(history.history["loss"]) == 2
         # the source is split between the workers, which batch what they get: at least the 8 batches an epoch
         assert len(losses.losses) >= 16

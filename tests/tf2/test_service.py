@@ -1,7 +1,7 @@
 """A split step's dataset on tf.data service: a dispatcher and two workers on loopback (issue 23 item 4).
 
     before:  ds2, step2 = tf2.split(step, ds)                                      # the map runs here
-    after:   ds2, step2 = tf2.split(step, ds, tfdata_service=dispatcher.target)   # on the two workers
+    after:   ds2, step2 = tf2.split(step, ds, tf_data_service=dispatcher.target)   # on the two workers
 
 The service keeps no order across workers (ShardingPolicy.DYNAMIC, as the v1 path), so the test does not
 expect the input order: each source element is a whole batch with its id, the step returns the id with its
@@ -120,7 +120,7 @@ def _train_within(dataset, step, seconds: float) -> list[tuple[float, int]]:
 def test_two_workers_deliver_every_batch_once_with_the_unsplit_losses(service):
     from smartstage import tf2
 
-    split = tf2.split(make_step(), raw_batches(), tfdata_service=service)
+    split = tf2.split(make_step(), raw_batches(), tf_data_service=service)
     served = _train_within(split.dataset, split.step, WAIT_SECONDS)
     order = [batch_id for _, batch_id in served]
     assert sorted(order) == list(range(BATCHES))  # each batch exactly once
@@ -134,7 +134,7 @@ def test_two_workers_deliver_every_batch_once_with_the_unsplit_losses(service):
 def test_a_second_pass_over_the_dataset_is_a_new_job_with_every_batch(service):
     from smartstage import tf2
 
-    split = tf2.split(make_step(), raw_batches(), tfdata_service=service)
+    split = tf2.split(make_step(), raw_batches(), tf_data_service=service)
     first = _train_within(split.dataset, split.step, WAIT_SECONDS)
     second = _train_within(split.dataset, split.step, WAIT_SECONDS)
     assert sorted(b for _, b in first) == sorted(b for _, b in second) == list(range(BATCHES))
@@ -147,13 +147,25 @@ def test_a_python_function_in_the_pipeline_is_refused_before_registering():
         yield from raw_batches().as_numpy_iterator()
 
     generated = tf.data.Dataset.from_generator(rows, output_signature=raw_batches().element_spec)
-    with pytest.raises(ConfigError, match=r"tfdata_service='grpc://localhost:1'.*Python function.*from_generator"):
-        tf2.split(make_step(), generated, tfdata_service="grpc://localhost:1")
+    with pytest.raises(ConfigError, match=r"tf_data_service='grpc://localhost:1'.*Python function.*from_generator"):
+        tf2.split(make_step(), generated, tf_data_service="grpc://localhost:1")
 
 
 @pytest.mark.parametrize("address", [5050, "", None])
 def test_a_bad_address_names_what_to_pass(address):
     from smartstage.tf2.service import check_address
 
-    with pytest.raises(ConfigError, match=r"tfdata_service=.*'grpc://host:port'"):
+    with pytest.raises(ConfigError, match=r"tf_data_service=.*'grpc://host:port'"):
         check_address(address)
+
+
+def test_the_old_spelling_tfdata_service_warns_and_means_the_same():
+    from smartstage import tf2
+
+    with pytest.warns(FutureWarning, match=r"split\(\): tfdata_service= is deprecated .* use tf_data_service="):
+        with pytest.raises(ConfigError, match=r"tf_data_service=5050 is a int"):
+            tf2.split(make_step(), raw_batches(), tfdata_service=5050)
+    with pytest.raises(ConfigError, match=r"one option given twice"):
+        tf2.split(make_step(), raw_batches(), tfdata_service="grpc://a:1", tf_data_service="grpc://a:1")
+    with pytest.raises(ConfigError, match=r"split\(\) takes no argument 'tfdata_servce'"):
+        tf2.split(make_step(), raw_batches(), tfdata_servce="grpc://a:1")
