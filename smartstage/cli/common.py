@@ -31,9 +31,9 @@ def options_from_args(args, gpu: bool = False):
 
 def scale_out_options(args) -> dict:
     """The scale-out flags as SmartStageOptions fields: --input-job/--input-tasks/--input-mode, or
-    --tfdata-service ADDRESS (input_mode 'tf_data_service'); {} when none is given."""
-    if getattr(args, "tfdata_service", None):
-        return {"input_mode": "tf_data_service", "tf_data_service": args.tfdata_service}
+    --tf-data-service ADDRESS (input_mode 'tf_data_service'); {} when none is given."""
+    if getattr(args, "tf_data_service", None):
+        return {"input_mode": "tf_data_service", "tf_data_service": args.tf_data_service}
     if getattr(args, "input_job", None):
         return {"input_job": args.input_job, "input_tasks": args.input_tasks, "input_mode": args.input_mode}
     return {}

@@ -157,9 +157,22 @@ def _scale_out_flags(p: argparse.ArgumentParser, more: str = "") -> None:
     p.add_argument("--input-tasks", type=positive_int, default=1, metavar="N", help="tasks of --input-job (default 1)")
     p.add_argument("--input-mode", choices=("central", "sharded"), default="central",
                    help="central: the trainer reads, the tasks compute; sharded: task i reads shard i")
-    p.add_argument("--tfdata-service", metavar="grpc://HOST:PORT",
+    p.add_argument("--tf-data-service", "--tfdata-service", dest="tf_data_service", metavar="grpc://HOST:PORT",
+                   action=_RenamedFlag,
                    help="fold the stateless prefetch side into the tf.data pipeline and run it on this tf.data "
-                        "service dispatcher's workers (opt-in: batches and order change; docs/scale-out.md)")
+                        "service dispatcher's workers (opt-in: batches and order change; docs/scale-out.md); "
+                        "--tfdata-service is its old spelling")
+
+
+class _RenamedFlag(argparse.Action):
+    """A flag whose second option string is its old spelling: that one works and warns (FutureWarning)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string == self.option_strings[-1] and len(self.option_strings) > 1:
+            from smartstage.config.renamed import warn_renamed
+
+            warn_renamed("smartstage", option_string, self.option_strings[0], stacklevel=1)
+        setattr(namespace, self.dest, values)
 
 
 def _layout_flags(p: argparse.ArgumentParser) -> None:

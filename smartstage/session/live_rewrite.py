@@ -76,7 +76,7 @@ def rewrite_live_graph(graph: tf.Graph, options: SmartStageOptions, targets: Ite
         # The pass replaces the dataset chain and the iterator; the live graph's Python iterator objects and
         # initializers would still point at the old ones. Offline, the exported graph carries both.
         raise ConfigError("input_mode='tf_data_service' works on the offline path only: optimize the exported "
-                          "graph (ss.optimize or `smartstage optimize --tfdata-service`), import it and run it "
+                          "graph (ss.optimize or `smartstage optimize --tf-data-service`), import it and run it "
                           "with ss.start_prefetch_threads (docs/scale-out.md); the session flag cannot apply it")
 
     def rewrite() -> LiveRewrite:

@@ -128,7 +128,8 @@ def test_a_taken_port_is_named(monkeypatch):
 
 
 def test_optimize_with_tfdata_service_folds_the_body_into_the_service_pipeline(tmp_path, capsys):
-    """--tfdata-service ADDRESS is input_mode='tfdata_service' (tests/passes/test_tfdata_service.py: the pass)."""
+    """--tf-data-service ADDRESS is input_mode='tf_data_service' (tests/passes/test_tfdata_service.py: the pass);
+    --tfdata-service, its old spelling, works and warns."""
     from tests.passes.test_tfdata_service import sqrt_graph
     from smartstage.graph.load import load_graph
 
@@ -136,10 +137,11 @@ def test_optimize_with_tfdata_service_folds_the_body_into_the_service_pipeline(t
     src, fast = tmp_path / "model.meta", tmp_path / "fast.meta"
     write_graph(meta, src)
     target_flags = [flag for name in targets for flag in ("--target", name)]
-    code, out, err = run(capsys, "optimize", src, "-o", fast, "--tfdata-service", "grpc://localhost:5050",
+    code, out, err = run(capsys, "optimize", src, "-o", fast, "--tf-data-service", "grpc://localhost:5050",
                          *target_flags)
     assert code == 0, err
     ops = {node.op for node in load_graph(str(fast)).graph_def.node}
     assert {"DataServiceDatasetV4", "RegisterDatasetV2"} <= ops and "Sqrt" not in ops
-    code, out, err = run(capsys, "optimize", src, "-o", tmp_path / "bad.meta", "--tfdata-service", "http://x/y")
+    with pytest.warns(FutureWarning, match="--tfdata-service is deprecated .* use --tf-data-service"):
+        code, out, err = run(capsys, "optimize", src, "-o", tmp_path / "bad.meta", "--tfdata-service", "http://x/y")
     assert code == 2 and "tf_data_service" in err and not (tmp_path / "bad.meta").exists()
