@@ -36,6 +36,8 @@ from smartstage.errors import StateChangedError
 from smartstage.graph.op_types import PY_FUNC_OPS
 
 CHECK_STATE_ENV = "SMARTSTAGE_CHECK_STATE"
+# The global generators a layer's variable initializers may draw from when a model is built.
+BUILD_DRAWN = frozenset({"python random", "numpy random", "tf op-seed sequence", "keras global SeedGenerator"})
 
 # Dataset ops whose source a second iterator would share or consume: Python generators and functions (a
 # generator object handed to from_generator yields each element once), and a tf.data service job.
@@ -220,10 +222,14 @@ class Snapshot:
     entries: tuple[tuple[str, str], ...]
 
     def differences(self, later: "Snapshot") -> list[str]:
-        """What changed from this snapshot to `later`; state created in between (a variable fit builds, as
-        model.fit would) is not a difference."""
+        """What changed from this snapshot to `later`. State created in between is not a difference: a model
+        that deciding built (tracing its step creates its variables, exactly as model.fit's own first trace
+        would, with the same initializer draws in the same order) has new variables, and the generators
+        their initializers draw from (BUILD_DRAWN) moved for them; those are not compared then."""
         after = dict(later.entries)
-        return [name for name, digest in self.entries if name in after and after[name] != digest]
+        built = any(name.startswith("variable ") and name not in dict(self.entries) for name in after)
+        return [name for name, digest in self.entries
+                if name in after and after[name] != digest and not (built and name in BUILD_DRAWN)]
 
 
 def snapshot(model=None, roots: tuple = ()) -> Snapshot:

@@ -128,6 +128,21 @@ def test_the_state_check_names_what_changed():
     assert before.differences(snapshot(Holder())) == []
 
 
+def test_building_the_model_may_draw_what_its_initializers_draw():
+    """A model that deciding builds (its step's trace creates its variables, as model.fit's own trace would)
+    draws its initializers' seeds from the global generators: excused then, and only then."""
+    class Growing:
+        variables: list = []
+
+    import random
+
+    with unchanged("building", Growing()):
+        Growing.variables.append(tf.Variable(random.random()))
+    with pytest.raises(StateChangedError, match="python random"):
+        with unchanged("not building", Growing()):
+            random.random()
+
+
 @pytest.mark.parametrize("verdict", ["pays", "slower"])
 def test_a_run_eagerly_model_is_timed_as_fit_runs_it(verdict, monkeypatch):
     """The trial times the program fit will run: eager steps for a model compiled with run_eagerly=True (traced
