@@ -103,5 +103,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["PipelineStats", "PrefetchThreads", "ROOM", "ROOM_NAMES", "TuningDecision", "STOP_JOIN_SECONDS", "latest_prefetch_threads", "lanes_stages", "prepare_lanes",
-           "room_attribute", "start_prefetch_threads", "with_prefetch_pool"]
+__all__ = ["PipelineStats", "PrefetchThreads", "ROOM", "ROOM_NAMES", "STOP_JOIN_SECONDS", "TuningDecision",
+           "latest_prefetch_threads", "lanes_stages", "prepare_lanes", "room_attribute", "start_prefetch_threads",
+           "with_prefetch_pool"]
