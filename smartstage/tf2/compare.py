@@ -125,7 +125,9 @@ def verify(step, dataset: tf.data.Dataset, *, steps: int = 20, split=None, **spl
     mapped = mapped_dataset(batches, halves.prefetch_function, deterministic=True)  # in order, whatever the split's
     snapshot = _Snapshot(variables)
     try:
-        before = _run(step, batches, steps, fetches, variables, halves.traced.unpack)
+        # the trace split() cut, not `step` itself: called on concrete batches, a tf.function traces for each
+        # batch shape, which is another program (smartstage.tf2.trace.untouched_copy)
+        before = _run(halves.traced.concrete, batches, steps, fetches, variables, halves.traced.unpack)
         snapshot.restore()
         after = _run(halves.step, mapped, steps, fetches, variables, unpack=False)
     finally:

@@ -122,6 +122,22 @@ def _last_line(error: Exception) -> str:
     return lines[-1] if lines else type(error).__name__
 
 
+def untouched_copy(step):
+    """A tf.function of `step`'s Python function with `step`'s options: tracing it leaves `step`'s own traces
+    as they were. A trace for the dataset's element_spec left in `step`'s cache would serve the user's later
+    calls on concrete batches, which otherwise trace for each batch shape: another program, with other values
+    (a mean's gradient divides by a computed row count instead of a constant that constant folding turns into
+    a multiplication by its reciprocal; one set of random ops serves every batch shape).
+
+        before:  step.get_concrete_function(spec)                 # step(batch) now runs this trace
+        after:   untouched_copy(step).get_concrete_function(spec)  # step(batch) traces as it would have
+    """
+    clone = getattr(step, "_clone", None)
+    if callable(clone):
+        return clone(None)
+    return tf.function(step.python_function, jit_compile=getattr(step, "_jit_compile", None))
+
+
 def _concrete(step, element_spec, unpack: bool):
     args = tuple(element_spec) if unpack else (element_spec,)
     try:
@@ -160,8 +176,7 @@ def _check_retrace(step, concrete, element_spec, unpack: bool) -> None:
     """SplitError when two traces of the step give different graphs: the step reads Python state (a counter,
     a Python random number, the time), which a split program would freeze at the first trace."""
     def fresh_key() -> list:
-        again = tf.function(step.python_function, jit_compile=getattr(step, "_jit_compile", None))
-        return _graph_key(_concrete(again, element_spec, unpack).graph.as_graph_def())
+        return _graph_key(_concrete(untouched_copy(step), element_spec, unpack).graph.as_graph_def())
 
     first_key, second_key = _graph_key(concrete.graph.as_graph_def()), fresh_key()
     if [k[:3] for k in first_key] != [k[:3] for k in second_key]:
@@ -215,7 +230,7 @@ def trace_step(step, element_spec, *, check_retrace: bool = True) -> TracedStep:
     """
     check_is_function(step)
     unpack = _unpack(step, element_spec)
-    concrete = _concrete(step, element_spec, unpack)
+    concrete = _concrete(untouched_copy(step), element_spec, unpack)
     if check_retrace:
         _check_retrace(step, concrete, element_spec, unpack)
     graph = concrete.graph

@@ -140,6 +140,21 @@ def test_with_constant_folding_batches_of_one_static_shape_are_identical():
     assert differences(expected, got) == []
 
 
+def test_split_leaves_the_users_step_tracing_as_it_would_have():
+    # with constant folding on, a trace for the dataset's spec left in the step's cache would change what the
+    # user's own loop computes afterwards (the reciprocal above, the partial batch's dropout masks)
+    constant_folding_on()
+    dataset = tm.rating_dataset(PARTIAL)
+    expected = unsplit_loop(tm.behavior_sequence_transformer(), dataset)
+    model = tm.behavior_sequence_transformer()
+    step = tf.function(model.train_step)
+    sst.split(step, dataset)
+    assert step.experimental_get_tracing_count() == 0
+    outputs = [_values(step(batch)) for batch in dataset]
+    assert step.experimental_get_tracing_count() == 2  # 20 rows, then 10, as without split()
+    assert differences(expected, (outputs, model.get_weights())) == []
+
+
 def _optimized_graph(call):
     """The graph Grappler made of the largest function `call` runs (the train step)."""
     ctx = context.context()
