@@ -15,8 +15,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.bounds import JOB_HANG_SECONDS
+
 ROOT = Path(__file__).resolve().parents[2]
-JOB_SECONDS = 240
 
 
 @dataclass(frozen=True)
@@ -44,12 +45,12 @@ class RestoreCounts:
 
 
 def _run(args: list[str], expect_kill: bool, job: str = "tests.runtime.restore_job") -> subprocess.CompletedProcess:
-    """Runs the job module `job` with `args`: it must end by SIGKILL (expect_kill) or exit 0, within JOB_SECONDS."""
+    """Runs the job module `job` with `args`: it must end by SIGKILL (expect_kill) or exit 0, within JOB_HANG_SECONDS."""
     command = [sys.executable, "-m", job, *args]
     try:
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=JOB_SECONDS)
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=JOB_HANG_SECONDS)
     except subprocess.TimeoutExpired as error:
-        raise AssertionError(f"{' '.join(command)} ran over {JOB_SECONDS} s:\n{error.stderr}") from error
+        raise AssertionError(f"{' '.join(command)} ran over {JOB_HANG_SECONDS} s:\n{error.stderr}") from error
     expected = -signal.SIGKILL if expect_kill else 0
     if done.returncode != expected:
         raise AssertionError(f"{' '.join(command)} exited {done.returncode}, expected {expected}:\n"

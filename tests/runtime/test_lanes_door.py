@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.bounds import JOB_HANG_SECONDS
+
 ROOT = Path(__file__).resolve().parents[2]
-JOB_SECONDS = 300  # a bound against a hang only
 
 # Runs in the child: builds the staged graph, runs STEPS steps in an ss.Session, prints what it saw as JSON.
 CHILD = r"""
@@ -68,7 +69,7 @@ print(json.dumps({"before": before, "during": during, "stages": stages, "room": 
 def _run(on: bool, mode: str, session_kind: str) -> dict:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", CHILD, "on" if on else "off", mode, session_kind], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=JOB_SECONDS)
+                          env=env, capture_output=True, text=True, timeout=JOB_HANG_SECONDS)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
