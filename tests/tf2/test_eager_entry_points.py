@@ -26,7 +26,9 @@ NOT_CALLED = {
     "SmartStageError", "ConfigError", "GraphError", "NoStageError", "PassError", "StageRuntimeError", "TargetError",
     "VerificationError", "EagerModeError", "SplitError", "NothingToMoveError", "AUTOTUNE", "STAGES_COLLECTION", "TARGETS_COLLECTION",
     "Comparison", "Explanation", "GraphDiff", "LiveRewrite", "OptimizeResult", "RewriteCheck", "PipelineReport",
-    "PrefetchThreads", "SmartMonitoredSession",
+    "PrefetchThreads", "SmartMonitoredSession", "DeepRecFeatureError", "InputTaskError", "StateChangedError",
+    "LoopbackClusterError", "GraphvizMissing",
+    "LoopbackCluster",  # starts TF servers on loopback ports: tests/cluster and tests/inspection run it
 }
 
 # name -> what each call does in the eager program: "works", or "EagerModeError" with words its message must hold.
@@ -44,7 +46,9 @@ EAGER = {
     "load_graph": ("EagerModeError", ["a ConcreteFunction", "get_concrete_function"]),
 }
 # name -> works in the eager program on what it takes there (a graph, a file, a session of a v1 graph)
-WORKS = {"make_prefetch_hook", "PrefetchHook", "make_pipeline_hook", "PipelineHook", "Session(graph=)",
+WORKS = {"GraphView", "text_report", "json_report", "html_report", "dot_source", "svg_drawing", "write_tensorboard",
+         "stage_placements", "placement_lines", "run_initializer",
+         "make_prefetch_hook", "PrefetchHook", "make_pipeline_hook", "PipelineHook", "Session(graph=)",
          "start_prefetch_threads", "live_rewrite_of", "optimize(meta)", "explain(meta)",
          "graph_diff(meta)", "verify_rewrite(meta)", "run_steps", "compare_runs", "load_graph(file)", "write_graph",
          "enable_smart_stage", "options_from_config", "to_session_config", "ConfigProto", "SmartStageOptions",
@@ -169,6 +173,12 @@ def _child(out: Path) -> None:  # pragma: no cover - runs in the subprocess
             threads.stop()
             return ss.live_rewrite_of(sess)
 
+    def run_initializer_by_hand():
+        with ss.Session(graph=model.graph, prefetch=False) as sess:
+            threads = ss.start_prefetch_threads(sess)
+            ss.run_initializer(sess, threads, model.init_op)
+            threads.stop()
+
     result = ss.optimize(meta, config)
     path = str(out / "demo.meta")
     works = {
@@ -198,6 +208,16 @@ def _child(out: Path) -> None:  # pragma: no cover - runs in the subprocess
         "stage_defs": lambda: ss.stage_defs(model.graph),
         "stage_defs_from_meta_graph": lambda: ss.stage_defs_from_meta_graph(meta),
         "target_node_names": lambda: ss.target_node_names(model.graph),
+        "GraphView": lambda: ss.GraphView(meta.graph_def),
+        "text_report": lambda: ss.text_report(result.diff()),
+        "json_report": lambda: ss.json_report(result.diff()),
+        "html_report": lambda: ss.html_report(result.diff(), result),
+        "dot_source": lambda: ss.dot_source(result.diff()),
+        "svg_drawing": lambda: ss.svg_drawing(result.diff()),
+        "write_tensorboard": lambda: ss.write_tensorboard(meta, result.meta_graph_def, str(out / "tensorboard")),
+        "stage_placements": lambda: ss.stage_placements(result.meta_graph_def.graph_def),
+        "placement_lines": lambda: ss.placement_lines(ss.stage_placements(result.meta_graph_def.graph_def)),
+        "run_initializer": run_initializer_by_hand,
     }
     record["works"] = {name: _record(fn) for name, fn in works.items()}
 

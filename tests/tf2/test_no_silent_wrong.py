@@ -83,8 +83,15 @@ def test_python_prints_and_random_ops_never_move():
 
 def test_verify_compares_the_same_batches_of_a_shuffled_dataset():
     program = dlrm_program()
-    check = sst.verify(program.step, raw_dataset().shuffle(60), steps=6)
+    check = sst.verify(program.step, raw_dataset().shuffle(60, reshuffle_each_iteration=False), steps=6)
     assert check.identical, check.describe()  # before: "step 0: loss differs" (two passes, two orders)
+
+
+def test_verify_refuses_a_dataset_that_reshuffles_each_iteration():
+    """Reading batches to compare would advance the shuffle's seed, and training would then see another order."""
+    program = dlrm_program()
+    with pytest.raises(SplitError, match=r"verify\(\): the dataset reshuffles each iteration.*second dataset"):
+        sst.verify(program.step, raw_dataset().shuffle(60), steps=6)
 
 
 def test_a_key_the_dataset_lacks():
@@ -147,5 +154,6 @@ def test_the_keras_gradient_shapes_are_recomputed_in_the_step():
 def test_verify_fit_compares_the_same_batches_of_a_shuffled_dataset():
     from tests.tf2.keras_models import preprocessing_model, raw_dataset as keras_dataset
 
-    check = sst.verify_fit(preprocessing_model(), keras_dataset().shuffle(64), steps=4)
+    check = sst.verify_fit(preprocessing_model(), keras_dataset().shuffle(64, reshuffle_each_iteration=False),
+                           steps=4)
     assert check.identical, check.describe()

@@ -44,7 +44,10 @@ def _state(model) -> list[np.ndarray]:
 def test_verdict_is_the_median_of_the_round_ratios():
     verdict = Verdict(split_rates=(90.0, 120.0, 100.0), unsplit_rates=(100.0, 100.0, 100.0))
     assert verdict.ratios == (0.9, 1.2, 1.0)
-    assert verdict.ratio == 1.0 and verdict.pays
+    assert verdict.ratio == 1.0 and not verdict.pays  # a tie keeps the unmodified program: kept from 1.05x
+    faster = Verdict(split_rates=(104.0, 110.0, 106.0), unsplit_rates=(100.0, 100.0, 100.0))
+    assert faster.ratio == pytest.approx(1.06) and faster.pays
+    assert not Verdict(split_rates=(104.0,), unsplit_rates=(100.0,)).pays
     slower = Verdict(split_rates=(80.0, 85.0, 95.0), unsplit_rates=(100.0, 100.0, 100.0))
     assert slower.ratio == 0.85 and not slower.pays
     assert slower.text().startswith("the split step ran 0.85x the unsplit one (median of 3 interleaved rounds, "
