@@ -145,14 +145,14 @@ def model_state_variables(model) -> list:
             if hasattr(v, "numpy") or hasattr(v, "value"):
                 found.setdefault(id(v), v)
 
-    add(getattr(model, "variables", ()))
+    add(_attribute(model, "variables"))
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None:
-        optimizer_variables = getattr(optimizer, "variables", ())
+        optimizer_variables = _attribute(optimizer, "variables")
         add(optimizer_variables() if callable(optimizer_variables) else optimizer_variables)
-    add(getattr(model, "metrics_variables", ()))
-    for metric in getattr(model, "metrics", ()) or ():
-        add(getattr(metric, "variables", ()))
+    add(_attribute(model, "metrics_variables"))
+    for metric in _attribute(model, "metrics") or ():
+        add(_attribute(metric, "variables"))
     for layer in _layers(model):
         for generator in getattr(layer, "_seed_generators", ()) or ():  # Keras 3 SeedGenerator
             add([generator.state])
@@ -163,6 +163,15 @@ def model_state_variables(model) -> list:
             if isinstance(inner, tf.random.Generator):
                 add([inner.state])
     return list(found.values())
+
+
+def _attribute(owner, name: str):
+    """owner.name, or () where reading it raises: a tf_keras model not built yet has no `variables` to read
+    (it raises ValueError), and so nothing of it to compare."""
+    try:
+        return getattr(owner, name, ())
+    except (ValueError, AttributeError, RuntimeError):
+        return ()
 
 
 def _layers(model) -> list:
