@@ -322,8 +322,9 @@ def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | N
 
     model: a compiled Keras 3 or tf_keras model of any kind. dataset / validation_data: batched
     tf.data.Datasets of raw features ((x, y) or (x, y, sample_weight)), as model.fit takes them.
-    deterministic: batches in input order (False is an explicit opt-out). split: a split_model() result to
-    reuse (layer route). tf_data_service: a dispatcher address: the training dataset, preprocessing included,
+    deterministic: batches in input order (False is an explicit opt-out). split: what an earlier call put in
+    `history.smartstage` (a KerasSplit is reused as it is; after a StepFit or NotSplit, fit reuses the split it
+    keeps for the model, or trains it as it is), or a split_model() result. tf_data_service: a dispatcher address: the training dataset, preprocessing included,
     runs on tf.data service workers (validation data stays local). measure: time a new split against the
     model's own step on copies of its state (a few seconds, once per split) and train the model as it is when
     the split runs slower (smartstage.tf2.trial); False splits whatever it measures. check_state: snapshot
