@@ -81,6 +81,8 @@ class GraphView:
             if raw is None:
                 self._raw = _without(base._raw, gone)
         self._fanouts: dict[str, list[Fanout]] | None = None
+        self._by_op: dict[str, list[str]] | None = None  # nodes_of_type()'s index
+        self._scanned = False  # nodes_of_type() was asked once
         self._order: list[str] | None = None
         self._ranks: dict[str, int] | None = None
         self._sorted: bool | None = None  # in_written_order()
@@ -127,9 +129,24 @@ class GraphView:
         return self._position_of[name]
 
     def nodes_of_type(self, ops: Iterable[str]) -> list[str]:
-        """Names of the nodes whose op type is in `ops`, in graph order."""
-        ops = frozenset(ops)
-        found = [name for name, op in self._op_of.items() if op in ops]
+        """Names of the nodes whose op type is in `ops`, in graph order. The first call scans the op types; the
+        second builds an index by op type that answers every later one (passes ask a large graph a few times)."""
+        by_op = self._by_op
+        if by_op is None and not self._scanned:
+            self._scanned = True
+            ops = frozenset(ops)
+            found = [name for name, op in self._op_of.items() if op in ops]
+            found.sort(key=self._position_of.__getitem__)  # a derived view's dict is in its base's order
+            return found
+        if by_op is None:
+            by_op = self._by_op = {}
+            for name, op in self._op_of.items():
+                names = by_op.get(op)
+                if names is None:
+                    by_op[op] = [name]
+                else:
+                    names.append(name)
+        found = [name for op in frozenset(ops) for name in by_op.get(op, ())]
         found.sort(key=self._position_of.__getitem__)  # a derived view's dict is in its base's order
         return found
 

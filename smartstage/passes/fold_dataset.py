@@ -52,15 +52,21 @@ from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, n
 
 from smartstage.graph.edits import EditLog, apply_to_graph_def, dedupe_controls
 from smartstage.graph.names import parse_tensor_name
+from smartstage.graph.op_types import ITERATOR_READS
 from smartstage.graph.view import GraphView
 from smartstage.passes.dataset_map import DatasetBody, copy_scratch, scratch_dataset_graph
 from smartstage.passes.fold_fit import (AUTOTUNE, GPU_REASON, INITIALIZABLE_ITERATORS, ONE_SHOT_ITERATORS, SCOPE,
                                        FoldFit, fold_fit)
-from smartstage.passes.gpu.prefetch_sides import prefetch_sides
+from smartstage.passes.gpu.prefetch_sides import stage_sides
 from smartstage.passes.manager import PassContext, PassResult
 from smartstage.passes.stage_defs import replace_stage_def, with_fields
 
 logger = logging.getLogger(__name__)
+
+# Why no stage folds in a graph without an iterator read (found by one sweep over the op types, before any
+# per-stage analysis: a graph fed by queues or readers costs the pass next to nothing).
+NO_ITERATOR = (f"nothing to fold: the graph has no tf.data iterator read ({', '.join(sorted(ITERATOR_READS))}), "
+               "so no stage reads a dataset")
 
 
 class FoldDataset:
@@ -73,9 +79,12 @@ class FoldDataset:
     def run(self, graph_def: graph_pb2.GraphDef, ctx: PassContext) -> PassResult:
         view = ctx.view_of(graph_def)
         gpu = ctx.options.do_smart_stage_gpu  # the stage keeps its buffer for the GPU (fold_fit.GPU_REASON)
-        sides = prefetch_sides(view, ctx.stages)
-        fits = {s.name: fold_fit(view, s, sides.side.get(s.name, frozenset()), set(ctx.targets))
-                for s in ctx.stages}
+        if not view.nodes_of_type(ITERATOR_READS):  # one sweep over the op types: no stage can read a dataset
+            fits = {s.name: FoldFit(s.name, skipped=NO_ITERATOR) for s in ctx.stages}
+            return PassResult(graph_def, changed=False, details=fits,
+                              summary=tuple(f"{name}: keeps its buffer and lanes: {NO_ITERATOR}" for name in fits))
+        sides = stage_sides(view, ctx.stages)  # only the sides: fold_fit needs no shared nodes
+        fits = {s.name: fold_fit(view, s, sides.get(s.name, frozenset()), set(ctx.targets)) for s in ctx.stages}
         if gpu:
             fits = {name: dataclasses.replace(fit, keeps_buffer=True) if fit.folds else fit
                     for name, fit in fits.items()}

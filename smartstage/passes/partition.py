@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from smartstage.graph.names import CONTROL_PORT, input_source
+from smartstage.graph.names import CONTROL_PORT, Fanout, input_source, new_tuple, parse_input
 from smartstage.graph.view import GraphView
 from smartstage.graph.op_types import is_stateful_op
 from smartstage.graph.stages import StageBoundary
@@ -90,17 +90,49 @@ def partition_stages(
     order = view.order()  # parses every node's inputs
     seeds: list[list[str]] = [[] for _ in stages]
     while True:
-        states, consumed = _sweep(view, stages, rules, order, seeds)
+        states, consumed, reads = _sweep(view, stages, rules, order, seeds)
         pulled = [[n for n in st.verdict if n in st.pulled] for st in states]
         if pulled == seeds:
-            return [_finish(view, st, consumed, _kept_ports(st, targets, target_ports or {})) for st in states]
+            readers = _Readers(view, reads)
+            return [_finish(view, st, consumed, _kept_ports(st, targets, target_ports or {}), readers)
+                    for st in states]
         # Nodes pulled behind a stage (random sources) may have readers visited before the pull: sweep
         # again with them in place from the start, so one optimize() reaches the fixed point.
         seeds = pulled
 
 
+class _Readers:
+    """view.fanouts() of the takes and candidates, from the reads the sweep saw: the cut-cost rule asks for the
+    readers of the moved nodes only, and indexing every node's readers would parse every input of the graph.
+
+    Every reader of a member (a take or a candidate) is seen by the sweep, which visits each node after its
+    inputs, except along a v1 while loop's NextIteration -> Merge back edge: a graph with one asks the view."""
+
+    def __init__(self, view: GraphView, reads: dict[str, list[tuple[str, int, str]]]):
+        self._view = view
+        self._reads = reads  # member -> (reader, input index, input string), in the sweep's order
+        self._fanouts: dict[str, list[Fanout]] = {}
+        self._exact = not view.nodes_of_type(_NEXT_ITERATION_OPS)
+        self._sorted = view.in_written_order()  # the sweep's order is graph order, as view.fanouts() lists them
+
+    def __call__(self, name: str):
+        if not self._exact:
+            return self._view.fanouts(name)
+        fanouts = self._fanouts.get(name)
+        if fanouts is None:
+            fanouts = [new_tuple(Fanout, (reader, index, parse_input(s).port))
+                       for reader, index, s in self._reads.get(name, ())]
+            if not self._sorted:
+                fanouts.sort(key=lambda f: (self._view.position(f.consumer), f.index))
+            self._fanouts[name] = fanouts
+        return fanouts
+
+
+_NEXT_ITERATION_OPS = ("NextIteration", "RefNextIteration")
+
+
 def _sweep(view: GraphView, stages: list[StageBoundary], rules: PinRules, order: list[str],
-           seeds: list[list[str]]) -> tuple[list[_StageState], set[str]]:
+           seeds: list[list[str]]) -> tuple[list[_StageState], set[str], dict[str, list[tuple[str, int, str]]]]:
     states = [_StageState(s, view) for s in stages]
     # candidate (or take) -> its stage state; a tuple when a node is downstream of several stages
     member: dict[str, _StageState | tuple] = {st.take: st for st in states}
@@ -112,18 +144,24 @@ def _sweep(view: GraphView, stages: list[StageBoundary], rules: PinRules, order:
             member[name] = st
             claimed.add(name)
     consumed: set[str] = set()
+    reads: dict[str, list[tuple[str, int, str]]] = {}  # member -> its readers (see _Readers)
     raw_of = view.raw_input_table()
     for name in order:
         raw = raw_of[name]
         owners = None
-        for s in raw:
+        for index, s in enumerate(raw):
             st = member.get(s)  # a plain "x" names the node itself
+            src = s
             if st is None and (s[0] == "^" or ":" in s):
-                s = input_source(s)
-                st = member.get(s)
+                src = input_source(s)
+                st = member.get(src)
             if st is not None:
-                src = s
                 consumed.add(src)  # every reader of a member is a member: only members need counting
+                bucket = reads.get(src)
+                if bucket is None:
+                    reads[src] = [(name, index, s)]
+                else:
+                    bucket.append((name, index, s))
                 if owners is None:
                     owners = st
                 elif owners is not st:
@@ -136,7 +174,7 @@ def _sweep(view: GraphView, stages: list[StageBoundary], rules: PinRules, order:
         for st in (owners if isinstance(owners, tuple) else (owners,)):
             if name not in st.own:
                 st.verdict[name] = _decide(view, rules, st, name, sources, claimed)
-    return states, consumed
+    return states, consumed, reads
 
 
 def _decide(view: GraphView, rules: PinRules, st: _StageState, name: str, sources: list[str],
@@ -203,7 +241,8 @@ def _kept_ports(st: _StageState, targets: set[str], target_ports: Mapping[str, f
     return [k for k in range(len(st.put_inputs)) if ports is None or k in ports]
 
 
-def _finish(view: GraphView, st: _StageState, consumed: set[str], kept_ports: list[int]) -> StagePartition:
+def _finish(view: GraphView, st: _StageState, consumed: set[str], kept_ports: list[int],
+            readers: _Readers) -> StagePartition:
     stage, take, verdict = st.stage, st.take, st.verdict
     before = tuple(dict.fromkeys(str(t) for t in st.put_inputs))
     moved = {n: None for n, pin in verdict.items() if pin is None}
@@ -216,7 +255,7 @@ def _finish(view: GraphView, st: _StageState, consumed: set[str], kept_ports: li
                            "would be computed from another batch than the one trained on")
     # What is cheaper to recompute on the main side than to carry stays there (cut_cost.py).
     plan = plan_cut(view, moved, take, fixed=st.pulled,
-                    crossing_anyway=[f"{take}:{port}" for port in kept_ports])
+                    crossing_anyway=[f"{take}:{port}" for port in kept_ports], fanouts=readers)
     for name, reason in plan.recomputed.items():
         del moved[name]
         pinned[name] = Pin("recompute", name, reason)
@@ -253,7 +292,7 @@ def _finish(view: GraphView, st: _StageState, consumed: set[str], kept_ports: li
     # Pulled sources may have readers outside this stage's downstream (visited before the pull): they read
     # the pulled tensor through the take, so it still runs on the prefetch side only.
     for src in st.pulled:
-        for consumer, _, port in view.fanouts(src):
+        for consumer, _, port in readers(src):
             if consumer in verdict or consumer in st.own:
                 continue
             main_readers[consumer] = None

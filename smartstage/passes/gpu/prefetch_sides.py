@@ -38,17 +38,26 @@ class PrefetchSides:
         return sorted(n for n in self.side.get(stage, ()) if n not in self.shared)
 
 
+def stage_sides(view: GraphView, stages: Iterable[StageBoundary]) -> dict[str, frozenset[str]]:
+    """PrefetchSides.side alone: per stage, the nodes its put needs, not entering any stage's own ops (what the
+    fold asks; the shared nodes need every prefetch node's consumers, a sweep over the graph's fanouts)."""
+    stages = list(stages)
+    stage_ops = frozenset(n for s in stages for n in s.ops)
+    side: dict[str, frozenset[str]] = {}
+    for stage in stages:
+        roots = [t.node for t in view.inputs(stage.put) if t.node in view and t.node not in stage_ops]
+        side[stage.name] = frozenset(view.ancestors(roots, stop=set(stage_ops)))
+    return side
+
+
 def prefetch_sides(view: GraphView, stages: Iterable[StageBoundary]) -> PrefetchSides:
     stages = list(stages)
     stage_ops = frozenset(n for s in stages for n in s.ops)
     puts = {s.put for s in stages}
-    side: dict[str, frozenset[str]] = {}
+    side = stage_sides(view, stages)
     owners: dict[str, list[str]] = {}
     for stage in stages:
-        roots = [t.node for t in view.inputs(stage.put) if t.node in view and t.node not in stage_ops]
-        nodes = frozenset(view.ancestors(roots, stop=set(stage_ops)))
-        side[stage.name] = nodes
-        for n in nodes:
+        for n in side[stage.name]:
             owners.setdefault(n, []).append(stage.name)
     on_prefetch = set(owners)
     main_users: dict[str, tuple[str, ...]] = {}
@@ -60,4 +69,4 @@ def prefetch_sides(view: GraphView, stages: Iterable[StageBoundary]) -> Prefetch
     return PrefetchSides(stage_ops, side, {n: tuple(o) for n, o in owners.items()}, shared, main_users)
 
 
-__all__ = ["PrefetchSides", "prefetch_sides"]
+__all__ = ["PrefetchSides", "prefetch_sides", "stage_sides"]
