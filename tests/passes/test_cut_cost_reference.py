@@ -178,15 +178,20 @@ def _fields(p):
     return (p, p.take_readers, p.main_readers)
 
 
+def _shuffle(graph_def) -> None:
+    """The graph's nodes in another written order (a fixed one per size, so a failure replays)."""
+    nodes = list(graph_def.node)
+    random.Random(len(nodes)).shuffle(nodes)
+    del graph_def.node[:]
+    graph_def.node.extend(nodes)
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cut_graphs(), st.booleans())
 def test_the_partition_is_the_one_the_reference_plan_gives(monkeypatch_case, shuffled):
     graph_def, targets, _ = monkeypatch_case
     if shuffled:  # out of written order: the partition's readers come in another order than the graph's
-        nodes = list(graph_def.node)
-        random.Random(len(nodes)).shuffle(nodes)
-        del graph_def.node[:]
-        graph_def.node.extend(nodes)
+        _shuffle(graph_def)
     view = GraphView(graph_def)
     stages, _ = find_stages(view)
     got = partition_stages(view, stages, set(targets), set())
@@ -268,10 +273,7 @@ def test_the_readers_the_sweep_saw_are_the_views_readers(case, shuffled):
     # random graphs with variables, feeds, a random op pulled behind the stage, control edges and targets
     graph_def, targets = case
     if shuffled:
-        nodes = list(graph_def.node)
-        random.Random(len(nodes)).shuffle(nodes)
-        del graph_def.node[:]
-        graph_def.node.extend(nodes)
+        _shuffle(graph_def)
     view = GraphView(graph_def)
     stages, _ = find_stages(view)
     original = partition._Readers
