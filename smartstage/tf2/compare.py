@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from smartstage.inspection.replay import AFTER_LAST_STEP, Comparison, Mismatch, Run
+from smartstage.tf2.user_state import SavedValues, iteration_changes
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,6 @@ def _readable(dataset: tf.data.Dataset, caller: str) -> None:
     """SplitError when reading `dataset` would change what it yields to training afterwards (a shuffle that
     reshuffles each iteration, a generator, a function writing state): verify reads the batches it compares."""
     from smartstage.errors import SplitError
-    from smartstage.tf2.user_state import iteration_changes
 
     why = iteration_changes(dataset)
     if why is not None:
@@ -95,18 +95,6 @@ def compare_runs(before: Run, after: Run) -> Comparison:
     return Comparison(before, after, tuple(mismatches))
 
 
-class _Snapshot:
-    """The variables' values now, to put back."""
-
-    def __init__(self, variables: list):
-        self.variables = variables
-        self.values = [v.numpy() for v in variables]
-
-    def restore(self) -> None:
-        for v, value in zip(self.variables, self.values):
-            v.assign(value)
-
-
 def verify(step, dataset: tf.data.Dataset, *, steps: int = 20, split=None, **split_kwargs) -> StepCheck:
     """Runs `step` on `dataset` and the split program on its dataset, `steps` batches each, from the same
     variable values, and compares every output and, after the last step, every variable the step captures.
@@ -123,7 +111,7 @@ def verify(step, dataset: tf.data.Dataset, *, steps: int = 20, split=None, **spl
     fetches = list(halves.traced.outputs)
     batches = same_batches(dataset, steps)
     mapped = mapped_dataset(batches, halves.prefetch_function, deterministic=True)  # in order, whatever the split's
-    snapshot = _Snapshot(variables)
+    snapshot = SavedValues(variables)
     try:
         # the trace split() cut, not `step` itself: called on concrete batches, a tf.function traces for each
         # batch shape, which is another program (smartstage.tf2.trace.untouched_copy)
@@ -151,7 +139,7 @@ def verify_fit(model, dataset: tf.data.Dataset, *, steps: int = 20, split=None) 
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
     variables = list(model.variables) + list(model.optimizer.variables)
-    snapshot = _Snapshot(variables)
+    snapshot = SavedValues(variables)
 
     def run(trainer, batches) -> Run:
         result = Run(fetches=["loss"])

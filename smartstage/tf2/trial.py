@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator
 import tensorflow as tf
 
 from smartstage.tf2.state import READ_ONLY_TABLE, READ_ONLY_VARIABLE, VALUE, VARIABLE, CapturedState
-from smartstage.tf2.user_state import iteration_changes
+from smartstage.tf2.user_state import SavedValues, iteration_changes
 
 logger = logging.getLogger(__name__)
 
@@ -307,13 +307,12 @@ def time_eager_steps(split: tuple[Callable, tf.data.Dataset], unsplit: tuple[Cal
     unread = _unread(unsplit[1], threshold)
     if unread is not None:
         return unread
-    saved = [(variable, variable.numpy()) for variable in variables]
+    saved = SavedValues(variables)
     try:
         return _guarded(split, (unsplit[0], unsplit[1].prefetch(tf.data.AUTOTUNE)), False, rounds, seconds,
                         threshold, started)
     finally:
-        for variable, value in saved:
-            variable.assign(value)
+        saved.restore()
 
 
 __all__ = ["MAX_COPY_BYTES", "NotTimeable", "PAYS_AT", "ROUNDS", "StateCopies", "Verdict", "state_copies",

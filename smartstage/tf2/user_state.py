@@ -185,8 +185,23 @@ def _layers(model) -> list:
 
 
 def _value(variable):
-    value = variable.numpy() if hasattr(variable, "numpy") else variable.value.numpy()
-    return value
+    return variable.numpy() if hasattr(variable, "numpy") else variable.value.numpy()
+
+
+class SavedValues:
+    """The variables' values now, to put back exactly (assign writes the saved bits).
+
+        before:  step(batch)                     # updates the variables
+        after:   saved = SavedValues(variables); step(batch); saved.restore()   # as they were
+    """
+
+    def __init__(self, variables: list):
+        self.variables = list(variables)
+        self.values = [variable.numpy() for variable in self.variables]
+
+    def restore(self) -> None:
+        for variable, value in zip(self.variables, self.values):
+            variable.assign(value)
 
 
 def _global_entries() -> dict[str, str]:
@@ -311,5 +326,5 @@ def unchanged(what: str, model=None, datasets: tuple = (), roots: tuple = (), *,
                                 "train with measure=False meanwhile")
 
 
-__all__ = ["CHECK_STATE_ENV", "SHARED_SOURCE_OPS", "STATE_WRITING_OPS", "Snapshot", "check_state_on",
+__all__ = ["CHECK_STATE_ENV", "SHARED_SOURCE_OPS", "STATE_WRITING_OPS", "SavedValues", "Snapshot", "check_state_on",
            "iteration_changes", "model_state_variables", "snapshot", "unchanged"]
