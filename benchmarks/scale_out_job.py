@@ -96,7 +96,7 @@ def job_graph(read_millis: int, lanes: int, tasks: int, work: int = 0, train_wor
         meta = tf.compat.v1.train.export_meta_graph(graph=graph)
     config = ss.enable_smart_stage(tf.compat.v1.ConfigProto(), input_job="input" if tasks else None,
                                    input_tasks=tasks)
-    extra = {"input_lanes_per_task": lanes_per_task} if tasks and lanes_per_task > 1 else {}
+    extra = {"input_num_threads_per_task": lanes_per_task} if tasks and lanes_per_task > 1 else {}
     return ss.optimize(meta, config, targets=[train, "loss"], **extra).meta_graph_def, init, train
 
 

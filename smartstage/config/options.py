@@ -39,8 +39,8 @@ from smartstage.config.error_codes import OUT_OF_RANGE, error_codes
 from smartstage.errors import ConfigError
 from smartstage.protos import AUTOTUNE
 from smartstage.config.deeprec import is_deeprec_config, deeprec_gpu_flag, deeprec_smart_stage_options
-from smartstage.config.renamed import (ENABLE_RENAMES, INPUT_MODE_RENAMES, renamed_input_mode, renamed_keywords,
-                                       warn_renamed)
+from smartstage.config.renamed import (ENABLE_RENAMES, INPUT_MODE_RENAMES, renamed_arguments,
+                                       renamed_input_mode, renamed_keywords, warn_renamed)
 
 OPTIMIZER_NAME = "SmartStage"
 
@@ -53,7 +53,7 @@ class AutoStageOptions:
     by default the end of input (OutOfRangeError) closes a stage.
     """
 
-    # AUTOTUNE (smartstage.AUTOTUNE): the prefetch threads pick the lanes, the capacity and the pool (the
+    # AUTOTUNE (smartstage.AUTOTUNE): the prefetch threads pick num_threads, the capacity and the pool (the
     # shared one or the session's prefetch pool) while training, batches in input order either way
     # (docs/runtime.md). The pool takes what staged() takes, with staged()'s defaults:
     # use_stage_subgraph_thread_pool True (pool stage_subgraph_thread_pool_id), False (the session's shared
@@ -100,7 +100,7 @@ class SmartStageOptions:
     input_job: str | None = None
     input_tasks: int = 0                # tasks of input_job; 0: read from the config's cluster_def
     input_mode: str = "central"         # "central" (the trainer reads, tasks compute), "sharded" or "tf_data_service"
-    input_lanes_per_task: int = 1
+    input_num_threads_per_task: int = 1  # central mode: the prefetch threads (lanes) that run on each task
     input_timeout_millis: int = 60000   # a prefetch run on an input task fails after this long
     # input_mode="tf_data_service": the tf.data service's dispatcher, "grpc://host:port" (what
     # tf.data.experimental.service.distribute takes as `service`). Not tf_data_stage: that one says how a
@@ -127,6 +127,12 @@ class SmartStageOptions:
         """Deprecated spelling of tf_data_service (FutureWarning)."""
         warn_renamed("SmartStageOptions", "tfdata_service", "tf_data_service", stacklevel=2)
         return self.tf_data_service
+
+    @property
+    def input_lanes_per_task(self) -> int:
+        """Deprecated spelling of input_num_threads_per_task (FutureWarning)."""
+        warn_renamed("SmartStageOptions", "input_lanes_per_task", "input_num_threads_per_task", stacklevel=2)
+        return self.input_num_threads_per_task
 
 
 _generated_init = SmartStageOptions.__init__
@@ -167,14 +173,13 @@ def _custom_optimizer(config: config_pb2.ConfigProto, create: bool = False):
 _AUTO_INT_PARAMETERS = ("capacity", "num_threads", "num_clients", "timeout_millis", "stage_subgraph_thread_pool_id",
                         "stage_subgraph_stream_id")
 _AUTO_LIST_PARAMETERS = ("closed_exception_types", "ignored_exception_types")
-_INPUT_INT_PARAMETERS = ("input_tasks", "input_lanes_per_task", "input_timeout_millis")
+_INPUT_INT_PARAMETERS = ("input_tasks", "input_num_threads_per_task", "input_timeout_millis")
 _INPUT_MODES = ("central", "sharded", "tf_data_service")
 TF_DATA_STAGES = ("fold", "lanes")
 _KNOWN_PARAMETERS = ("do_smart_stage", "do_smart_stage_gpu", "stage_multi_stream", "auto_stage", "verify",
                      "auto_stage_name", "auto_stage_use_stage_subgraph_thread_pool",
                      *("auto_stage_" + k for k in _AUTO_INT_PARAMETERS + _AUTO_LIST_PARAMETERS),
                      "input_job", "input_mode", "tf_data_service", "tf_data_stage", *_INPUT_INT_PARAMETERS)
-_RENAMED_PARAMETERS = {"tfdata_service": "tf_data_service"}  # parameter_map keys: old -> new (config/renamed.py)
 
 
 def _attr_bool(key: str, value: attr_value_pb2.AttrValue) -> bool:
@@ -220,8 +225,7 @@ def options_from_config(config=None, **overrides: Any) -> SmartStageOptions:
     elif isinstance(config, config_pb2.ConfigProto):
         entry = _custom_optimizer(config)
         if entry is not None:
-            params = renamed_keywords("custom_optimizers parameter_map", dict(entry.parameter_map),
-                                      _RENAMED_PARAMETERS)
+            params = renamed_keywords("custom_optimizers parameter_map", dict(entry.parameter_map))
             unknown = sorted(set(params) - set(_KNOWN_PARAMETERS))
             if unknown:
                 raise ConfigError(f"unknown SmartStage parameter(s) {unknown} in rewrite_options.custom_optimizers; "
@@ -289,9 +293,9 @@ def _checked_input_options(options: SmartStageOptions, config) -> SmartStageOpti
     if tasks < 1:
         raise ConfigError(f"input_job={options.input_job!r} needs the number of its tasks: pass input_tasks=N "
                           f"(or a ConfigProto whose cluster_def has job {options.input_job!r})")
-    if options.input_lanes_per_task < 1 or options.input_timeout_millis < 1:
-        raise ConfigError("input_lanes_per_task and input_timeout_millis must be positive, got "
-                          f"{options.input_lanes_per_task} and {options.input_timeout_millis}")
+    if options.input_num_threads_per_task < 1 or options.input_timeout_millis < 1:
+        raise ConfigError("input_num_threads_per_task and input_timeout_millis must be positive, got "
+                          f"{options.input_num_threads_per_task} and {options.input_timeout_millis}")
     return replace(options, input_tasks=tasks)
 
 
@@ -338,14 +342,9 @@ def enable_smart_stage(config=None, *, do_smart_stage_gpu: bool = False, stage_m
     given = {"do_smart_stage_gpu": do_smart_stage_gpu, "stage_multi_stream": stage_multi_stream,
              "tf_data_service": tf_data_service}
     defaults = {"do_smart_stage_gpu": False, "stage_multi_stream": False, "tf_data_service": None}
-    for new, value in renamed_keywords("enable_smart_stage()", renamed, ENABLE_RENAMES).items():
-        if new not in given:
-            raise ConfigError(f"enable_smart_stage(): unknown keyword argument {new!r}; it takes "
-                              f"{list(inspect.signature(enable_smart_stage).parameters)[1:-1]}")
-        if given[new] != defaults[new]:
-            raise ConfigError(f"enable_smart_stage(): {new}= is given in both its spellings; pass {new}= only")
-        given[new] = value
-    do_smart_stage_gpu, stage_multi_stream, tf_data_service = given.values()
+    do_smart_stage_gpu, stage_multi_stream, tf_data_service = renamed_arguments(
+        "enable_smart_stage()", renamed, given, defaults, ENABLE_RENAMES,
+        hint=f"it takes {list(inspect.signature(enable_smart_stage).parameters)[1:-1]}").values()
     input_mode = renamed_input_mode("enable_smart_stage()", input_mode)
     if config is None:
         config = config_pb2.ConfigProto()

@@ -16,10 +16,15 @@ from typing import Any, Mapping
 
 from smartstage.errors import ConfigError
 
-# SmartStageOptions fields (and so optimize()'s and options_from_config()'s overrides): old name -> new name
-OPTION_RENAMES = {"tfdata_service": "tf_data_service"}
+# SmartStageOptions fields (and so optimize()'s and options_from_config()'s overrides, and the
+# custom_optimizers keys): old name -> new name. A count of prefetch threads is num_threads everywhere
+# (staged()'s and DeepRec's name).
+OPTION_RENAMES = {"tfdata_service": "tf_data_service", "input_lanes_per_task": "input_num_threads_per_task"}
 # enable_smart_stage()'s keywords: its own short names become the option names they set
-ENABLE_RENAMES = {"gpu": "do_smart_stage_gpu", "multi_stream": "stage_multi_stream", **OPTION_RENAMES}
+ENABLE_RENAMES = {"gpu": "do_smart_stage_gpu", "multi_stream": "stage_multi_stream",
+                  "tfdata_service": "tf_data_service"}
+# smartstage.tf2.split()'s keywords (num_parallel_calls: the dataset map's threads)
+SPLIT_RENAMES = {"tfdata_service": "tf_data_service", "num_parallel_calls": "num_threads"}
 # old input_mode value -> new one
 INPUT_MODE_RENAMES = {"tfdata_service": "tf_data_service"}
 
@@ -49,6 +54,26 @@ def renamed_keywords(where: str, keywords: Mapping[str, Any], renames: Mapping[s
         warn_renamed(where, f"{old}=", f"{new}=", stacklevel=stacklevel + 1)
         result[new] = result.pop(old)
     return result
+
+
+def renamed_arguments(where: str, renamed: Mapping[str, Any], given: Mapping[str, Any], defaults: Mapping[str, Any],
+                      renames: Mapping[str, str], hint: str = "", stacklevel: int = 2) -> dict[str, Any]:
+    """`given` (a function's keywords under their current names) with the values of their old spellings in
+    `renamed` (the function's **renamed), one FutureWarning per old name.
+
+        before:  renamed_arguments("split()", {"num_parallel_calls": 2}, {"num_threads": -1}, {"num_threads": -1},
+                                   SPLIT_RENAMES)
+        after:   {"num_threads": 2}     # FutureWarning: num_parallel_calls= ... use num_threads=
+
+    A keyword of `renamed` that is no old name is a ConfigError naming it (and `hint`: where to look); so is
+    an old name whose new one was given too (not its default).
+    """
+    unknown = sorted(set(renamed) - set(renames))
+    if unknown:
+        raise ConfigError(f"{where} takes no argument {unknown[0]!r}" + (f"; {hint}" if hint else ""))
+    targets = {renames[old] for old in renamed}
+    both = {new: value for new, value in given.items() if new in targets and value != defaults[new]}
+    return {**given, **renamed_keywords(where, {**renamed, **both}, renames, stacklevel=stacklevel + 1)}
 
 
 def renamed_input_mode(where: str, mode: str, stacklevel: int = 2) -> str:

@@ -101,10 +101,10 @@ class InputTasks:
                 continue
             log.add_node(_marker(stage, view, plan, options))
             if stage.stage_def is not None:
-                lanes = len(tasks) * options.input_lanes_per_task
-                if stage.stage_def.num_threads != AUTOTUNE and stage.stage_def.num_threads < lanes:
+                num_threads = len(tasks) * options.input_num_threads_per_task
+                if stage.stage_def.num_threads != AUTOTUNE and stage.stage_def.num_threads < num_threads:
                     # one lane per task at least (AUTOTUNE is kept)
-                    replace_stage_def(ctx, log, stage, with_fields(stage.stage_def, num_threads=lanes))
+                    replace_stage_def(ctx, log, stage, with_fields(stage.stage_def, num_threads=num_threads))
             where = f"{tasks[0]}" + (f" .. task:{len(tasks) - 1}" if len(tasks) > 1 else "")
             if plan.mode == "central":
                 summary.append(f"{stage.name}: {len(plan.body)} body node(s) on {where} ({plan.copies} copied for "
@@ -284,7 +284,7 @@ def _marker(stage: StageBoundary, view: GraphView, plan: StageInputPlacement, op
     marker.attr[ATTR_MODE].s = plan.mode.encode()
     marker.attr[ATTR_CUT].list.s.extend(t.encode() for t in plan.cut)
     marker.attr[ATTR_TIMEOUT].i = options.input_timeout_millis
-    marker.attr[ATTR_LANES].i = options.input_lanes_per_task
+    marker.attr[ATTR_LANES].i = options.input_num_threads_per_task
     return marker
 
 

@@ -90,14 +90,14 @@ def _run_imported(graph_def: graph_pb2.GraphDef, input_map: dict[str, Any], capt
 
 
 def mapped_dataset(dataset: tf.data.Dataset, prefetch_fn: Callable, *, deterministic: bool,
-                   num_parallel_calls: int = tf.data.AUTOTUNE, tf_data_service: str | None = None) -> tf.data.Dataset:
+                   num_threads: int = tf.data.AUTOTUNE, tf_data_service: str | None = None) -> tf.data.Dataset:
     """`dataset` through the prefetch side: a parallel map in input order (deterministic=True), on a tf.data
     service dispatcher when one is named (smartstage.tf2.service), then prefetched.
 
         before:  for batch in dataset: step(batch)
         after:   for element in mapped_dataset(dataset, prefetch_fn, deterministic=True): main_side(*element)
     """
-    mapped = dataset.map(prefetch_fn, num_parallel_calls=num_parallel_calls, deterministic=deterministic)
+    mapped = dataset.map(prefetch_fn, num_parallel_calls=num_threads, deterministic=deterministic)
     if tf_data_service is not None:
         from smartstage.tf2.service import distribute_on_service
 

@@ -37,17 +37,11 @@ PROCESSING_MODE = tf.data.experimental.service.ShardingPolicy.DYNAMIC  # as pass
 def renamed_service(where: str, tf_data_service, renamed: dict):
     """tf_data_service, or the value of its old spelling `tfdata_service=` in `renamed` (a FutureWarning);
     ConfigError for any other keyword in `renamed`, or for both spellings given."""
-    from smartstage.config.renamed import renamed_keywords
+    from smartstage.config.renamed import renamed_arguments
 
-    unknown = sorted(set(renamed) - {"tfdata_service"})
-    if unknown:
-        raise ConfigError(f"{where} takes no argument {unknown[0]!r}; see help(smartstage.tf2.{where[:-2]})")
-    if not renamed:
-        return tf_data_service
-    given = {"tfdata_service": renamed["tfdata_service"]}
-    if tf_data_service is not None:
-        given["tf_data_service"] = tf_data_service
-    return renamed_keywords(where, given, stacklevel=3)["tf_data_service"]
+    return renamed_arguments(where, renamed, {"tf_data_service": tf_data_service}, {"tf_data_service": None},
+                             {"tfdata_service": "tf_data_service"}, hint=f"see help(smartstage.tf2.{where[:-2]})",
+                             stacklevel=3)["tf_data_service"]
 
 
 def check_address(address: object) -> str:

@@ -20,10 +20,10 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
+from smartstage.config.renamed import SPLIT_RENAMES, renamed_arguments
 from smartstage.errors import NothingToMoveError, SplitError
 from smartstage.tf2.analysis import STAGE, Analysis, analyse
 from smartstage.tf2.functions import main_function, mapped_dataset, prefetch_function
-from smartstage.tf2.service import renamed_service
 from smartstage.tf2.state import static_tables, step_roots
 from smartstage.tf2.surgery import Sides, cut
 from smartstage.tf2.trace import TracedStep, trace_step
@@ -118,25 +118,31 @@ def _check_dataset(dataset) -> None:
 
 
 def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, jit_compile: bool | None = None,
-          num_parallel_calls: int = tf.data.AUTOTUNE, state=(), check_retrace: bool = True,
+          num_threads: int = tf.data.AUTOTUNE, state=(), check_retrace: bool = True,
           tf_data_service: str | None = None, measure: bool = False, **renamed) -> SplitStep:
     """Splits a `tf.function` step: preprocessing into `dataset.map`, the rest into a new step.
 
     step: the @tf.function the loop calls as step(batch) or step(*batch). dataset: what the loop iterates.
     deterministic: batches reach the step in input order (False is an explicit opt-out: faster, unordered).
     read_only: variables that are not trainable and only read by the step may move (module state.py).
-    jit_compile: for the main side (default: the step's own). state: objects holding the step's tables when
+    jit_compile: for the main side (default: the step's own). num_threads: the threads of the dataset's map
+    (its num_parallel_calls; AUTOTUNE: tf.data picks). state: objects holding the step's tables when
     its closure does not reach them (a model, a module). check_retrace: trace twice to catch Python state.
     tf_data_service: a dispatcher address ("grpc://host:port"): the dataset, moved part included, runs on
     tf.data service workers (at most once, no fixed order across workers: smartstage.tf2.service).
     measure: time the split loop against the step's own on copies of its state (smartstage.tf2.trial, a few
     seconds) and raise NothingToMoveError when the split runs slower; the verdict is in `.trial`.
-    renamed: `tfdata_service=`, the old spelling of tf_data_service= (a FutureWarning).
+    renamed: `tfdata_service=` and `num_parallel_calls=`, the old spellings of tf_data_service= and
+    num_threads= (a FutureWarning).
 
         before:  for batch in ds: train_step(batch)
         after:   ds2, step2 = ss.tf2.split(train_step, ds);  for batch in ds2: step2(batch)
     """
-    tf_data_service = renamed_service("split()", tf_data_service, renamed)
+    if renamed:
+        num_threads, tf_data_service = renamed_arguments(
+            "split()", renamed, {"num_threads": num_threads, "tf_data_service": tf_data_service},
+            {"num_threads": tf.data.AUTOTUNE, "tf_data_service": None}, SPLIT_RENAMES,
+            hint="see help(smartstage.tf2.split)").values()
     _check_dataset(dataset)
     if tf_data_service is not None:
         from smartstage.tf2.service import check_address
@@ -158,7 +164,7 @@ def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, 
     main_fn = main_function(sides, traced, traced.jit_compile if jit_compile is None else jit_compile,
                             prefetch_fn.packing)
     new_dataset = mapped_dataset(dataset, prefetch_fn, deterministic=deterministic,
-                                 num_parallel_calls=num_parallel_calls, tf_data_service=tf_data_service)
+                                 num_threads=num_threads, tf_data_service=tf_data_service)
 
     # The concrete function, called directly: a tf.function with an input_signature binds and checks its
     # arguments in Python on every call, which cost more than the main side of a small step (about 2x here).

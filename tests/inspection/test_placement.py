@@ -85,7 +85,7 @@ def test_lanes_per_task_show_on_every_task(meta):
     import smartstage as ss
 
     result = ss.optimize(meta, ss.enable_smart_stage(), targets=["loss", "train_op"], input_job="input",
-                         input_tasks=2, input_lanes_per_task=2)
+                         input_tasks=2, input_num_threads_per_task=2)
     (placement,) = stage_placements(result.meta_graph_def)
     assert [t.lanes for t in placement.tasks] == [(0, 2), (1, 3)]
     assert placement_lines((placement,))[2].startswith(f"  {T}0 (lanes 0, 2): 7 node(s)")
