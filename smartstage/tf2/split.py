@@ -6,8 +6,8 @@ dataset (a deterministic parallel map, then prefetch) and the step keeps the res
              for batch in split.dataset:  split.step(batch)        # or: ds2, step2 = split
              print(split.summary())                                 # moved, pinned with reasons, boundary
 
-The partition is the v1 one (smartstage.tf2.analysis), the two sides are cut by edit records
-(smartstage.tf2.surgery) and built into functions (smartstage.tf2.functions). Nothing of the user's is
+The partition is the v1 one, at the step's inputs (smartstage.tf2.analysis), the two sides are cut by edit
+records (smartstage.tf2.surgery) and built into functions (smartstage.tf2.functions). Nothing of the user's is
 changed: the step and dataset are as given, and split() raises SplitError before building anything.
 """
 
@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from smartstage.config.renamed import SPLIT_RENAMES, renamed_arguments
 from smartstage.errors import NothingToMoveError, SplitError
-from smartstage.tf2.analysis import STAGE, Analysis, analyse
+from smartstage.tf2.analysis import Analysis, analyse
 from smartstage.tf2.functions import main_function, mapped_dataset, prefetch_function
 from smartstage.tf2.state import static_tables, step_roots
 from smartstage.tf2.surgery import Sides, cut
@@ -72,8 +72,8 @@ class SplitStep:
 
     def summary(self) -> str:
         """What moved, what stayed and why, what crosses, what each capture is, and how the dataset runs."""
-        lines = [f"TF2 step {getattr(self.traced.function, '__name__', 'step')!r}: the stage is its inputs "
-                 f"({STAGE!r} in the analysis graph)", self.result.summary()]
+        lines = [f"TF2 step {getattr(self.traced.function, '__name__', 'step')!r}, partitioned at its inputs",
+                 self.result.summary()]
         if self.analysis.states:
             lines.append("captured state:")
             lines.extend(f"  {s.kind} {s.name!r} ({'may move' if s.movable else 'pinned'}: {s.reason})"
