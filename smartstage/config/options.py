@@ -39,8 +39,8 @@ from smartstage.config.error_codes import OUT_OF_RANGE, error_codes
 from smartstage.errors import ConfigError
 from smartstage.protos import AUTOTUNE
 from smartstage.config.deeprec import is_deeprec_config, deeprec_gpu_flag, deeprec_smart_stage_options
-from smartstage.config.renamed import (ENABLE_RENAMES, INPUT_MODE_RENAMES, renamed_arguments,
-                                       renamed_input_mode, renamed_keywords, warn_renamed)
+from smartstage.config.renamed import (ENABLE_RENAMES, INPUT_MODE_RENAMES, OPTION_RENAMES, renamed_arguments,
+                                       renamed_fields, renamed_input_mode, renamed_keywords)
 
 OPTIMIZER_NAME = "SmartStage"
 
@@ -86,6 +86,7 @@ class AutoStageOptions:
         return (not isinstance(use, bool) and use == AUTOTUNE) or self.stage_subgraph_thread_pool_id == AUTOTUNE
 
 
+@renamed_fields(OPTION_RENAMES)
 @dataclass(frozen=True)
 class SmartStageOptions:
     """The effective flags of one optimize() call."""
@@ -121,30 +122,6 @@ class SmartStageOptions:
     @property
     def enabled(self) -> bool:
         return self.do_smart_stage or self.do_smart_stage_gpu or self.auto_stage is not None
-
-    @property
-    def tfdata_service(self) -> str | None:
-        """Deprecated spelling of tf_data_service (FutureWarning)."""
-        warn_renamed("SmartStageOptions", "tfdata_service", "tf_data_service", stacklevel=2)
-        return self.tf_data_service
-
-    @property
-    def input_lanes_per_task(self) -> int:
-        """Deprecated spelling of input_num_threads_per_task (FutureWarning)."""
-        warn_renamed("SmartStageOptions", "input_lanes_per_task", "input_num_threads_per_task", stacklevel=2)
-        return self.input_num_threads_per_task
-
-
-_generated_init = SmartStageOptions.__init__
-
-
-def _init_with_renamed_keywords(self, *args, **keywords) -> None:
-    _generated_init(self, *args, **renamed_keywords("SmartStageOptions()", keywords))
-
-
-_init_with_renamed_keywords.__signature__ = inspect.signature(_generated_init)
-_init_with_renamed_keywords.__doc__ = _generated_init.__doc__
-SmartStageOptions.__init__ = _init_with_renamed_keywords
 
 
 def _auto_stage_from_deeprec(message) -> AutoStageOptions:

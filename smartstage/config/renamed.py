@@ -11,8 +11,9 @@ current spellings, never renamed here: a DeepRec script ports by changing one im
 
 from __future__ import annotations
 
+import inspect
 import warnings
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from smartstage.errors import ConfigError
 
@@ -74,6 +75,39 @@ def renamed_arguments(where: str, renamed: Mapping[str, Any], given: Mapping[str
     targets = {renames[old] for old in renamed}
     both = {new: value for new, value in given.items() if new in targets and value != defaults[new]}
     return {**given, **renamed_keywords(where, {**renamed, **both}, renames, stacklevel=stacklevel + 1)}
+
+
+def renamed_fields(renames: Mapping[str, str]) -> Callable[[type], type]:
+    """A decorator for a dataclass some of whose fields were renamed: its constructor takes each old keyword of
+    `renames` too, and each old name reads as an attribute, each use with one FutureWarning.
+
+        before:  PipelineReport(..., lanes=2).lanes                  # two FutureWarnings, the value 2
+        after:   PipelineReport(..., num_threads=2).num_threads
+
+    Both spellings given to the constructor is a ConfigError (renamed_keywords).
+    """
+    def decorate(cls: type) -> type:
+        generated = cls.__init__
+
+        def __init__(self, *args, **keywords) -> None:
+            generated(self, *args, **renamed_keywords(f"{cls.__name__}()", keywords, renames))
+
+        __init__.__signature__ = inspect.signature(generated)
+        __init__.__doc__ = generated.__doc__
+        cls.__init__ = __init__
+        for old, new in renames.items():
+            setattr(cls, old, _renamed_attribute(cls.__name__, old, new))
+        return cls
+
+    return decorate
+
+
+def _renamed_attribute(where: str, old: str, new: str) -> property:
+    def read(self):
+        warn_renamed(where, old, new, stacklevel=2)
+        return getattr(self, new)
+
+    return property(read, doc=f"Deprecated spelling of {new} (FutureWarning).")
 
 
 def renamed_input_mode(where: str, mode: str, stacklevel: int = 2) -> str:

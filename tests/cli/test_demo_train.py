@@ -52,7 +52,7 @@ def _report(**fields):
 
     base = dict(stage="stage", step=50, steps=50, steps_per_second=40.0, step_ms=25.0, consumer_wait_ms=3.0,
                 occupancy=None, last_occupancy=None, capacity=-1, producer_ms=0.0, producer_wait_ms=0.0,
-                batches_per_second=40.0, lanes=-1, ordered=True, own_pool=False, autotuned=(),
+                batches_per_second=40.0, num_threads=-1, ordered=True, own_pool=False, autotuned=(),
                 max_buffered_bytes=0, verdict="balanced", line="", folded=True)
     return PipelineReport(**{**base, **fields})
 
@@ -64,7 +64,7 @@ def test_the_verdict_of_a_folded_stage_says_autotuned_and_not_measured():
     line = _verdict_line(_report())
     assert "the buffer's fill is not measured (capacity autotuned)" in line, line
     assert "?" not in line and "-1" not in line, line
-    line = _verdict_line(_report(folded=False, occupancy=2.5, capacity=8, lanes=2))
+    line = _verdict_line(_report(folded=False, occupancy=2.5, capacity=8, num_threads=2))
     assert "the buffer holds 2.5 of 8;" in line, line
-    line = _verdict_line(_report(folded=False, verdict="training-bound", occupancy=7.5, capacity=-1, lanes=2))
+    line = _verdict_line(_report(folded=False, verdict="training-bound", occupancy=7.5, capacity=-1, num_threads=2))
     assert "the buffer stays full (7.5 of autotuned)" in line, line

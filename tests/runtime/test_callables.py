@@ -62,10 +62,10 @@ def test_a_lane_is_warmed_when_it_first_becomes_active_and_not_before(graph):
 
         lane = producer.lanes.lanes[0]
         lane_runs = {lane.hand_in.name, lane.enqueue.name, lane.occupancy.name}
-        assert producer.shared and producer.active_lanes == 1
+        assert producer.shared and producer.num_threads == 1
         assert sorted(made()) == sorted(lane_runs) and producer.runs.builds == 3  # no put, through run() or not
         assert producer._ready[0] and not any(producer._ready[1:])  # noqa: SLF001
-        producer.tuner.tune_lanes = producer.tuner.tune_capacity = producer.tuner.tune_pool = False  # only us
+        producer.tuner.tune_num_threads = producer.tuner.tune_capacity = producer.tuner.tune_pool = False  # only us
         producer.apply(3, producer.tuner.capacity)
         got = [int(sess.run(y)) for _ in range(300)]
         assert got == [3 * i for i in range(10, 310)]

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 import smartstage as ss_top
 import smartstage.runtime as ss
-from smartstage.runtime.lanes.lanes import autotune_max_lanes
+from smartstage.runtime.lanes.lanes import autotune_max_threads
 from smartstage.runtime.lanes.tuning.autotune import AUTOTUNE_HARD_CAPACITY
 from tests.runtime.helpers import BOUND_SECONDS, bounded, drain, range_input, wait_until
 
@@ -92,7 +92,7 @@ def test_autotune_defaults_are_identical_too():
     # The tuner decided for this stage, within its bounds: the lanes built for AUTOTUNE, its hard capacity.
     decision = stats.decision
     assert stats.ordered and decision.stage == stats.stage, decision
-    assert 1 <= decision.num_threads <= autotune_max_lanes(), decision
+    assert 1 <= decision.num_threads <= autotune_max_threads(), decision
     assert 1 <= decision.capacity <= AUTOTUNE_HARD_CAPACITY, decision
 
 

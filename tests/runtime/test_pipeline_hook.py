@@ -51,10 +51,10 @@ def test_a_slow_input_reads_input_bound_with_a_monitored_session(graph, tmp_path
     assert report.verdict == "input-bound", report.line
     assert report.line.startswith("stage 'stage' @ step 40: input-bound: the step waits")
     assert report.consumer_wait_ms / report.step_ms >= INPUT_BOUND_WAIT
-    assert (report.lanes, report.capacity, report.ordered, report.autotuned) == (1, 4, True, ("pool",))
+    assert (report.num_threads, report.capacity, report.ordered, report.autotuned) == (1, 4, True, ("pool",))
     scalars = _scalars(str(tmp_path))
     for name in ("verdict", "steps_per_second", "step_ms", "consumer_wait_ms", "occupancy", "capacity",
-                 "producer_ms", "producer_wait_ms", "batches_per_second", "lanes"):
+                 "producer_ms", "producer_wait_ms", "batches_per_second", "num_threads"):
         assert [step for step, _ in scalars[f"smartstage/stage/{name}"]] == [20, 40], name
     assert scalars["smartstage/stage/verdict"][-1] == (40, 1.0)
     assert scalars["smartstage/stage/capacity"][-1] == (40, 4.0)
@@ -81,8 +81,8 @@ def test_settings_in_force_name_autotune_with_a_smartstage_session(graph):
         for _ in range(10):
             hook.run(sess, y, options=bounded())
     report = hook.last_report
-    assert report.autotuned == ("lanes", "capacity", "pool")   # ss.Session has a prefetch pool to try
-    assert "AUTOTUNE lanes+capacity+pool" in report.line and "ordered" in report.line
+    assert report.autotuned == ("num_threads", "capacity", "pool")   # ss.Session has a prefetch pool to try
+    assert "AUTOTUNE num_threads+capacity+pool" in report.line and "ordered" in report.line
     assert report.stats is not None and report.stats.stage == "stage"
 
 
@@ -135,8 +135,8 @@ def test_a_folded_stage_gets_a_verdict_from_the_step_trace_alone(graph, monkeypa
     assert counter.calls == 40  # one run a step, sampled steps included: the trace rides on the step's own run
     report = hook.reports["stage"]
     assert report.folded and report.verdict == verdict, report.line
-    assert (report.lanes, report.capacity, report.occupancy) == (1, 3, None)
-    assert "folded into the dataset: map parallelism=1 prefetch=3" in report.line
+    assert (report.num_threads, report.capacity, report.occupancy) == (1, 3, None)
+    assert "folded into the dataset: map num_threads=1 prefetch=3" in report.line
     assert report.line.startswith(f"stage 'stage' @ step 40: {verdict}: the step waits")
 
 
@@ -155,4 +155,4 @@ def test_a_stage_the_session_folded_reads_input_bound_flag_off(graph, monkeypatc
     assert counter.calls == 40
     report = hook.reports["stage"]
     assert report.folded and report.verdict == "input-bound", report.line
-    assert (report.lanes, report.capacity) == (1, 3)
+    assert (report.num_threads, report.capacity) == (1, 3)

@@ -68,10 +68,10 @@ def _pool_trial(tuner: Tuner, own_rate: float, shared_rate: float) -> list[bool]
 
 
 def test_the_own_pool_is_kept_when_it_wins():
-    tuner = Tuner("s", 1, 2, True, False, max_lanes=4, max_buffered_bytes=10**9, tune_pool=True)
+    tuner = Tuner("s", 1, 2, True, False, max_threads=4, max_buffered_bytes=10**9, tune_pool=True)
     _settle_lanes(tuner)
     assert _pool_trial(tuner, 60.0, 50.0) == [True, False] * POOL_PAIRS   # alternating, own first
-    assert tuner.settled and tuner.own_pool and tuner.lanes == 1
+    assert tuner.settled and tuner.own_pool and tuner.num_threads == 1
     decision = tuner.decision()
     assert decision.own_pool and [p for p, _ in decision.pool_tried] == [True, False] * POOL_PAIRS
     assert "own pool" in decision.reason and "1.20x" in decision.reason
@@ -79,24 +79,24 @@ def test_the_own_pool_is_kept_when_it_wins():
 
 @pytest.mark.parametrize("own_rate", [50.0, 51.0, 40.0])   # equal, inside the margin, slower
 def test_the_shared_pool_stays_unless_the_own_one_wins_by_the_margin(own_rate):
-    tuner = Tuner("s", 1, 2, True, False, max_lanes=4, max_buffered_bytes=10**9, tune_pool=True)
+    tuner = Tuner("s", 1, 2, True, False, max_threads=4, max_buffered_bytes=10**9, tune_pool=True)
     _settle_lanes(tuner)
     _pool_trial(tuner, own_rate, 50.0)
     assert tuner.settled and not tuner.own_pool and "shared pool" in tuner.reason
 
 
 def test_explicit_lanes_and_capacity_still_try_the_pool():
-    tuner = Tuner("s", 3, 5, False, False, max_lanes=3, max_buffered_bytes=10**9, tune_pool=True)
+    tuner = Tuner("s", 3, 5, False, False, max_threads=3, max_buffered_bytes=10**9, tune_pool=True)
     assert not tuner.settled
     tuner.observe(_window(), 50.0, 100)                        # start-up window
     assert tuner.observe(_window(), 50.0, 100) and tuner.own_pool
     tuner.observe(_window(), 50.0, 100)
     _pool_trial(tuner, 70.0, 50.0)
-    assert tuner.settled and tuner.own_pool and (tuner.lanes, tuner.capacity) == (3, 5)
+    assert tuner.settled and tuner.own_pool and (tuner.num_threads, tuner.capacity) == (3, 5)
 
 
 def test_a_reopened_search_tries_the_pool_again():
-    tuner = Tuner("s", 1, 2, True, False, max_lanes=4, max_buffered_bytes=10**9, tune_pool=True)
+    tuner = Tuner("s", 1, 2, True, False, max_threads=4, max_buffered_bytes=10**9, tune_pool=True)
     _settle_lanes(tuner)
     _pool_trial(tuner, 60.0, 50.0)
     assert tuner.settled and tuner.own_pool
@@ -185,4 +185,4 @@ def test_autotune_tries_no_more_lanes_than_a_pinned_pool_has_threads(graph):
         got = [int(sess.run(y, options=bounded())) for _ in range(150)]
         tuner = threads._stages[0].tuner
     assert got == list(range(150))
-    assert tuner.max_lanes == 1 and not tuner.tune_lanes and tuner.lanes == 1
+    assert tuner.max_threads == 1 and not tuner.tune_num_threads and tuner.num_threads == 1

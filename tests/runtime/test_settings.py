@@ -38,17 +38,17 @@ A, S, D = AUTOTUNE, AUTOTUNE_START_CAPACITY, DEFAULT_MAX_BUFFERED_BYTES
 ])
 def test_from_def_resolves_the_autotune_marker_once(fields, expected):
     s = StageSettings.from_def(StageDef(name="s", **fields))
-    assert (s.lanes, s.tune_lanes, s.capacity, s.tune_capacity, s.pool, s.tune_pool, s.max_buffered_bytes,
+    assert (s.num_threads, s.tune_num_threads, s.capacity, s.tune_capacity, s.pool, s.tune_pool, s.max_buffered_bytes,
             s.ordered) == expected
     assert s.name == "s"
-    assert s.tuned == tuple(n for n, t in (("lanes", s.tune_lanes), ("capacity", s.tune_capacity),
+    assert s.tuned == tuple(n for n, t in (("num_threads", s.tune_num_threads), ("capacity", s.tune_capacity),
                                            ("pool", s.tune_pool)) if t)
 
 
 def test_settings_are_frozen():
     s = StageSettings.from_def(StageDef(name="s", num_threads=2, capacity=2))
     with pytest.raises(AttributeError):
-        s.lanes = 3  # type: ignore[misc]
+        s.num_threads = 3  # type: ignore[misc]
 
 
 def _lane_ops(graph: tf.Graph) -> list[str]:

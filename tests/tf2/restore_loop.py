@@ -5,7 +5,7 @@
 
 The loop a user writes to save its input position the tf.data way, on ss.tf2.split's halves:
 
-    split = ss.tf2.split(train_step, dataset, num_parallel_calls=threads)
+    split = ss.tf2.split(train_step, dataset, num_threads=threads)
     iterator = iter(split.dataset)
     checkpoint = tf.train.Checkpoint(iterator=iterator, weights=weights, step=step)
 
@@ -30,7 +30,7 @@ from tests.runtime.restore_job import VOCABULARY, _body, _records
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_job_arguments(parser)
-    parser.add_argument("--threads", type=int, default=1, help="the map's num_parallel_calls")
+    parser.add_argument("--threads", type=int, default=1, help="the map's threads (split(num_threads=))")
     args = parser.parse_args(argv)
 
     import smartstage as ss
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
         return {"ids": features["id"], "loss": loss}
 
     dataset = _records(args.records).batch(args.batch)
-    split = ss.tf2.split(train_step, dataset, num_parallel_calls=args.threads, state=[table])
+    split = ss.tf2.split(train_step, dataset, num_threads=args.threads, state=[table])
     assert split.moved, "the preprocessing must move into the map for this test to test it"
     iterator = iter(split.dataset)
     checkpoint = tf.train.Checkpoint(iterator=iterator, weights=weights, step=step_count)

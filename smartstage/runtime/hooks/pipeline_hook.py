@@ -12,7 +12,7 @@ What is measured, per report window of `every_n_steps` steps:
   step in `sample_every_n_steps`; the other steps run untraced.
 - buffer occupancy: the stage's size op, run just before each sampled step (mean and last, of the
   capacity in force).
-- producer time per batch and producer wait (the put blocked on a full buffer), the lanes, capacity,
+- producer time per batch and producer wait (the put blocked on a full buffer), num_threads, capacity,
   pool, order and what AUTOTUNE chose: the prefetch threads' own stats (PrefetchThreads.stats()),
   found through the graph (runner.latest_prefetch_threads), so any way of starting them works.
 
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
+from smartstage.config.renamed import renamed_fields
 from smartstage.graph.stage_names import DATASET_FOLD_SCOPE, folded_stage_of
 from smartstage.protos.stage_pb2 import StageDef
 from smartstage.runtime.stage.settings import AUTOTUNE, StageSettings
@@ -54,6 +55,7 @@ VERDICT_CODES = {"input-bound": 1.0, "balanced": 0.0, "training-bound": -1.0}
 TAG_PREFIX = "smartstage"
 
 
+@renamed_fields({"lanes": "num_threads"})
 @dataclass(frozen=True)
 class PipelineReport:
     """One stage's pipeline over the last report window (times in milliseconds).
@@ -61,7 +63,9 @@ class PipelineReport:
     occupancy / last_occupancy: batches in the buffer just before a sampled step (mean / last; None
     when the stage has no size op); consumer_wait_ms: mean wait of the step's take (None: no sampled
     step read this stage); producer_ms: prefetch work per batch (head + body); producer_wait_ms: mean
-    wait of a move into a full buffer (0 with one lane: there the put's own wait is in producer_ms).
+    wait of a move into a full buffer (0 with one lane: there the put's own wait is in producer_ms);
+    num_threads: the prefetch threads producing now (staged()'s num_threads; folded: the map's parallelism);
+    autotuned: the settings AUTOTUNE picks, by name ("num_threads", "capacity", "pool").
     """
 
     stage: str
@@ -76,7 +80,7 @@ class PipelineReport:
     producer_ms: float
     producer_wait_ms: float
     batches_per_second: float
-    lanes: int
+    num_threads: int
     ordered: bool
     own_pool: bool
     autotuned: tuple[str, ...]
@@ -84,7 +88,7 @@ class PipelineReport:
     verdict: str
     line: str
     stats: PipelineStats | None = None
-    folded: bool = False  # folded into its dataset: lanes = the map's parallelism, capacity = the prefetch buffer
+    folded: bool = False  # folded into its dataset: num_threads = the map's parallelism, capacity = its prefetch
 
     @property
     def settings(self) -> str:
@@ -92,9 +96,10 @@ class PipelineReport:
         if self.folded:
             def setting(value: int) -> str:
                 return "AUTOTUNE" if value < 0 else str(value)
-            return f"folded into the dataset: map parallelism={setting(self.lanes)} prefetch={setting(self.capacity)}"
+            return (f"folded into the dataset: map num_threads={setting(self.num_threads)} "
+                    f"prefetch={setting(self.capacity)}")
         tuned = f"AUTOTUNE {'+'.join(self.autotuned)}" if self.autotuned else "explicit"
-        return (f"lanes={self.lanes} capacity={self.capacity} pool={'own' if self.own_pool else 'shared'} "
+        return (f"num_threads={self.num_threads} capacity={self.capacity} pool={'own' if self.own_pool else 'shared'} "
                 f"{'ordered' if self.ordered else 'unordered'} {tuned} "
                 f"max_buffered_bytes={self.max_buffered_bytes / 2**20:g}MiB")
 
@@ -126,7 +131,8 @@ def _verdict_line(r: PipelineReport) -> str:
     elif r.verdict == "input-bound":
         what = (f"input-bound: the step waits {wait} ms for input per step ({r.step_ms:.1f} ms a step); the limit is "
                 f"the prefetch side at {r.steps_per_second:.1f} batches/s ({r.producer_ms:.1f} ms of prefetch work a "
-                f"batch on {r.lanes} lane(s)): add lanes/CPU or move work to input tasks")
+                f"batch on {r.num_threads} thread(s)): raise num_threads (or let AUTOTUNE) or CPU, or move work to "
+                "input tasks")
     elif r.verdict == "training-bound":
         what = (f"training-bound: the buffer stays full ({fill} of {capacity}); the limit is the step at "
                 f"{r.steps_per_second:.1f} steps/s ({r.step_ms:.1f} ms a step); more prefetch will not help")
@@ -285,7 +291,7 @@ class PipelineHook(tf.compat.v1.train.SessionRunHook):
             producer_ms=0.0 if stats is None else (stats.head_seconds + stats.body_seconds) * 1e3,
             producer_wait_ms=0.0 if stats is None else stats.producer_wait_seconds * 1e3,
             batches_per_second=0.0 if stats is None else stats.batches_per_second,
-            lanes=stats.num_threads if stats is not None else settings.lanes,
+            num_threads=stats.num_threads if stats is not None else settings.num_threads,
             ordered=settings.ordered, own_pool=stats.own_pool if stats is not None else d.use_stage_subgraph_thread_pool,
             autotuned=autotuned,
             max_buffered_bytes=settings.max_buffered_bytes,
@@ -302,8 +308,8 @@ class PipelineHook(tf.compat.v1.train.SessionRunHook):
             stage=stage, step=self._step, steps=w.steps, steps_per_second=steps_per_second,
             step_ms=step_seconds * 1e3, consumer_wait_ms=None if wait is None else wait * 1e3,
             occupancy=None, last_occupancy=None, capacity=buffer_size, producer_ms=0.0, producer_wait_ms=0.0,
-            batches_per_second=steps_per_second, lanes=parallelism, ordered=True, own_pool=False,
-            autotuned=tuple(n for n, v in (("lanes", parallelism), ("capacity", buffer_size)) if v < 0),
+            batches_per_second=steps_per_second, num_threads=parallelism, ordered=True, own_pool=False,
+            autotuned=tuple(n for n, v in (("num_threads", parallelism), ("capacity", buffer_size)) if v < 0),
             max_buffered_bytes=0, verdict=classify(wait_fraction, None), line="", folded=True)
         return _with_line(report)
 
@@ -318,7 +324,7 @@ class PipelineHook(tf.compat.v1.train.SessionRunHook):
                 "verdict": VERDICT_CODES.get(r.verdict), "steps_per_second": r.steps_per_second,
                 "step_ms": r.step_ms, "consumer_wait_ms": r.consumer_wait_ms, "occupancy": r.occupancy,
                 "capacity": float(r.capacity), "producer_ms": r.producer_ms, "producer_wait_ms": r.producer_wait_ms,
-                "batches_per_second": r.batches_per_second, "lanes": float(r.lanes),
+                "batches_per_second": r.batches_per_second, "num_threads": float(r.num_threads),
             }
             for name, value in values.items():
                 if value is not None:

@@ -241,7 +241,7 @@ def discard_leftovers(control_run, lanes) -> None:
                 control_run(lane.input_discard)
 
 
-def autotune_max_lanes() -> int:
+def autotune_max_threads() -> int:
     """Lanes built for a stage whose num_threads is AUTOTUNE: two per core, 2 to 8."""
     return max(2, min(8, 2 * (os.cpu_count() or 1)))
 
@@ -249,14 +249,14 @@ def autotune_max_lanes() -> int:
 def lane_count(settings: StageSettings) -> int:
     """How many lanes a stage needs: none when it runs one ordered thread or is unordered.
 
-        before:  StageSettings(lanes=1, tune_lanes=True, ordered=True, ...)   on a 2-core machine
-        after:   4 (autotune_max_lanes(): the tuner may try up to 4)
+        before:  StageSettings(num_threads=1, tune_num_threads=True, ordered=True, ...)   on a 2-core machine
+        after:   4 (autotune_max_threads(): the tuner may try up to 4)
     """
     if not settings.ordered:
         return 0
-    if settings.tune_lanes:
-        return autotune_max_lanes()
-    return settings.lanes if settings.lanes > 1 else 0
+    if settings.tune_num_threads:
+        return autotune_max_threads()
+    return settings.num_threads if settings.num_threads > 1 else 0
 
 
 def prepare_lanes(graph: tf.Graph, stages) -> None:

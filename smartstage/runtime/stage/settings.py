@@ -1,13 +1,14 @@
 """A stage's settings as the runtime reads them: the AUTOTUNE marker of its StageDef resolved once.
 
     before:  stage_def.num_threads == -1, stage_def.capacity == 4, stage_def.stage_subgraph_thread_pool_id == -1
-    after:   StageSettings(lanes=1, tune_lanes=True, capacity=4, tune_capacity=False, pool=None, tune_pool=True, ...)
+    after:   StageSettings(num_threads=1, tune_num_threads=True, capacity=4, tune_capacity=False, pool=None,
+                           tune_pool=True, ...)
 
 `staged()` records AUTOTUNE as -1 in the StageDef (the proto is the seam between graph construction, the
 optimizer and the session). Everything in the runtime reads a `StageSettings` made from it by
 `StageSettings.from_def`, never the -1 itself, as tf.data's `SharedState` decides `tunable` once at
-construction. `lanes` is the number of lanes (an unordered stage: of threads) a stage starts with; the
-StageDef keeps its proto field name, `num_threads`.
+construction. `num_threads` is the number of prefetch threads (ordered: lanes, one thread each) a stage
+starts with, under the name staged() and the StageDef give it.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ STOP_JOIN_SECONDS = 10.0
 
 @dataclass(frozen=True)
 class StageSettings:
-    """One stage's lanes, capacity and pool, each either explicit or tuned (AUTOTUNE), and its byte cap.
+    """One stage's num_threads, capacity and pool, each either explicit or tuned (AUTOTUNE), and its byte cap.
 
-    lanes / capacity: the values in force at the start (the tuner's start values when tuned).
+    num_threads / capacity: the values in force at the start (the tuner's start values when tuned).
     pool: the inter-op pool index the prefetch runs are pinned to (use_stage_subgraph_thread_pool=True with
         an index); None: the session's shared pool (or, with tune_pool, the shared pool until the tuner tries
         the session's prefetch pool).
@@ -35,8 +36,8 @@ class StageSettings:
 
     name: str
     ordered: bool
-    lanes: int
-    tune_lanes: bool
+    num_threads: int
+    tune_num_threads: bool
     capacity: int
     tune_capacity: bool
     pool: int | None
@@ -49,18 +50,19 @@ class StageSettings:
 
             before:  StageDef(name="s", num_threads=-1, capacity=8, use_stage_subgraph_thread_pool=True,
                               stage_subgraph_thread_pool_id=1)
-            after:   StageSettings("s", ordered=True, lanes=1, tune_lanes=True, capacity=8, tune_capacity=False,
-                                   pool=1, tune_pool=False, max_buffered_bytes=DEFAULT_MAX_BUFFERED_BYTES)
+            after:   StageSettings("s", ordered=True, num_threads=1, tune_num_threads=True, capacity=8,
+                                   tune_capacity=False, pool=1, tune_pool=False,
+                                   max_buffered_bytes=DEFAULT_MAX_BUFFERED_BYTES)
         """
-        tune_lanes = stage_def.num_threads == AUTOTUNE
+        tune_num_threads = stage_def.num_threads == AUTOTUNE
         tune_capacity = stage_def.capacity == AUTOTUNE
         tune_pool = stage_def.stage_subgraph_thread_pool_id == AUTOTUNE
         pinned = bool(stage_def.use_stage_subgraph_thread_pool) and not tune_pool
         return cls(
             name=stage_def.name,
             ordered=not stage_def.unordered,
-            lanes=1 if tune_lanes else max(int(stage_def.num_threads), 1),
-            tune_lanes=tune_lanes,
+            num_threads=1 if tune_num_threads else max(int(stage_def.num_threads), 1),
+            tune_num_threads=tune_num_threads,
             capacity=AUTOTUNE_START_CAPACITY if tune_capacity else int(stage_def.capacity),
             tune_capacity=tune_capacity,
             pool=int(stage_def.stage_subgraph_thread_pool_id) if pinned else None,
@@ -70,8 +72,8 @@ class StageSettings:
 
     @property
     def tuned(self) -> tuple[str, ...]:
-        """The settings AUTOTUNE picks, by name: a subset of ("lanes", "capacity", "pool")."""
-        return tuple(name for name, tuned in (("lanes", self.tune_lanes), ("capacity", self.tune_capacity),
+        """The settings AUTOTUNE picks, by name: a subset of ("num_threads", "capacity", "pool")."""
+        return tuple(name for name, tuned in (("num_threads", self.tune_num_threads), ("capacity", self.tune_capacity),
                                               ("pool", self.tune_pool)) if tuned)
 
 

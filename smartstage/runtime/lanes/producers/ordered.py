@@ -35,8 +35,8 @@ POLL_SECONDS = 0.05        # how often a waiting worker looks at the stop flags
 
 
 class OrderedProducer:
-    """Worker threads and a merger for one stage; `active_lanes` lanes produce at a time (1 without shared
-    lanes: the plain put)."""
+    """`max_threads` lane threads and a merger for one stage; `num_threads` of them produce at a time (1
+    without shared lanes: the plain put)."""
 
     def __init__(self, host: ProducerHost, lanes: LaneGraph | None, runs: ProducerRuns | None = None):
         self.host = host
@@ -44,21 +44,21 @@ class OrderedProducer:
         self.lanes = lanes
         self.tuner = host.tuner
         self.meter = host.meter
-        self.workers = len(lanes.lanes) if lanes is not None else 1
+        self.max_threads = len(lanes.lanes) if lanes is not None else 1
         self._cond = threading.Condition()
         self._head_lock = threading.Lock()
         self._next_ticket = 0
         self._merged = 0
         self._outcomes: dict[int, tuple] = {}
         self._head_done = False
-        self._lane_last = [-1] * self.workers
-        self.lane_batches = [0] * self.workers
+        self._lane_last = [-1] * self.max_threads
+        self.lane_batches = [0] * self.max_threads
         self._occupancy = 0
         self._warming = 0                   # workers building their executors now (_warm)
-        self._ready = [False] * self.workers  # workers whose lane has its executors (_warm "lane")
+        self._ready = [False] * self.max_threads  # workers whose lane has its executors (_warm "lane")
         # shared lanes carry every batch, one lane included: the put is never run (_direct_fetches says why)
         self.shared = lanes is not None and host.remote is None and lanes.lanes[0].ticket is not None
-        self.active_lanes = min(self.tuner.lanes, self.workers)
+        self.num_threads = min(self.tuner.num_threads, self.max_threads)
         self.soft_capacity = self.tuner.capacity if self.tuner.tune_capacity else None
         self.threads: list[threading.Thread] = []
         # callables (runtime/lanes/producers/callables.py); the stage's own when it keeps them across re-initialisations
@@ -69,10 +69,10 @@ class OrderedProducer:
     def halted(self) -> bool:
         return self.host.halted()
 
-    def apply(self, lanes: int, capacity: int) -> None:
+    def apply(self, num_threads: int, capacity: int) -> None:
         """New settings from the tuner; they take effect at the next ticket (no step waits for them)."""
         with self._cond:
-            self.active_lanes = max(1, min(lanes, self.workers))
+            self.num_threads = max(1, min(num_threads, self.max_threads))
             if self.soft_capacity is not None:
                 self.soft_capacity = capacity
             self._cond.notify_all()
@@ -84,7 +84,7 @@ class OrderedProducer:
     def start(self, prime: bool) -> None:
         if prime and not self._prime():
             return
-        names = [f"smartstage-prefetch-{self.host.name}-{i}" for i in range(self.workers)]
+        names = [f"smartstage-prefetch-{self.host.name}-{i}" for i in range(self.max_threads)]
         self.threads = [threading.Thread(target=self._work, args=(i,), name=n, daemon=True)
                         for i, n in enumerate(names)]
         self.threads.append(threading.Thread(target=self._merge, name=f"smartstage-prefetch-{self.host.name}-merger",
@@ -114,7 +114,7 @@ class OrderedProducer:
     def _wait_turn(self, index: int) -> bool:
         with self._cond:
             while not (self.halted() or self._head_done
-                       or (index < self.active_lanes and self._lane_last[index] < self._merged)):
+                       or (index < self.num_threads and self._lane_last[index] < self._merged)):
                 self._cond.wait(POLL_SECONDS)
             return not (self.halted() or self._head_done)
 
@@ -173,11 +173,11 @@ class OrderedProducer:
 
     def _lanes_ready(self) -> bool:
         """Whether an active lane has its executors (under _cond): until one has, worker 0 puts directly."""
-        return any(self._ready[:self.active_lanes])
+        return any(self._ready[:self.num_threads])
 
     def _work(self, index: int) -> None:
         while self._wait_turn(index):
-            lanes_run = self.lanes is not None and (self.active_lanes > 1 or self.host.remote is not None
+            lanes_run = self.lanes is not None and (self.num_threads > 1 or self.host.remote is not None
                                                     or self.shared)
             with self._cond:  # worker 0 warms its lane only once another lane can produce meanwhile (or no put)
                 warm = lanes_run and not self._ready[index] and (index > 0 or self._lanes_ready()
@@ -189,7 +189,7 @@ class OrderedProducer:
                 continue
             with self._head_lock:
                 with self._cond:
-                    if self._head_done or index >= self.active_lanes or (
+                    if self._head_done or index >= self.num_threads or (
                             (index > 0 or self.shared) and not self._ready[index]):
                         continue
                     ticket = self._next_ticket
@@ -197,7 +197,7 @@ class OrderedProducer:
                     # a stage on input tasks always runs its lanes (the body's timeout, the task's name);
                     # one lane, or lanes still building their executors: worker 0 runs the put itself
                     direct = self.lanes is None or (self.host.remote is None and not self.shared
-                                                    and (self.active_lanes == 1 or not self._ready[index]))
+                                                    and (self.num_threads == 1 or not self._ready[index]))
                 if direct:
                     self._direct(ticket)
                     continue
@@ -325,7 +325,7 @@ class OrderedProducer:
     def _bytes_seen(self, value) -> None:
         self.meter.bytes_seen(value)
         if self.soft_capacity is not None and self.tuner.cap_capacity(self.meter.batch_bytes):
-            self.apply(self.tuner.lanes, self.tuner.capacity)
+            self.apply(self.tuner.num_threads, self.tuner.capacity)
 
     def _gate(self, computes: bool = False) -> None:
         """With a tuned capacity, waits until the buffer has room under the soft cap.
@@ -370,7 +370,7 @@ class OrderedProducer:
                 if self.halted():
                     return
                 try:
-                    with self.host.in_flight(self.workers):
+                    with self.host.in_flight(self.max_threads):
                         lane = self.lanes.lanes[outcome[1]]
                         occupancy = self.runs.run([lane.occupancy], self.host.run_options,
                                                   keyed=self._keyed(lane, ticket))[0]
@@ -402,6 +402,6 @@ class OrderedProducer:
             return                                         # not the setting's, judge the next one
         if self.tuner.observe(window, self.meter.last_rate, self.meter.batch_bytes):
             logger.debug("stage %s: autotune tries %d lanes, capacity %d, %s pool (%s)", self.host.name,
-                         self.tuner.lanes, self.tuner.capacity, "own" if self.tuner.own_pool else "shared",
+                         self.tuner.num_threads, self.tuner.capacity, "own" if self.tuner.own_pool else "shared",
                          self.tuner.reason)
-            self.apply(self.tuner.lanes, self.tuner.capacity)
+            self.apply(self.tuner.num_threads, self.tuner.capacity)

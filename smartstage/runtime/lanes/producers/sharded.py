@@ -35,14 +35,14 @@ class ShardedProducer:
         self.lanes = lanes
         self.plan = plan
         self.meter = host.meter
-        self.workers = len(plan.tasks)  # one lane per task: a task's reads stay in its shard's order
-        self.active_lanes = self.workers
+        self.max_threads = len(plan.tasks)  # one lane per task: a task's reads stay in its shard's order
+        self.num_threads = self.max_threads
         self.soft_capacity = None
-        self.lane_batches = [0] * self.workers
+        self.lane_batches = [0] * self.max_threads
         self.threads: list[threading.Thread] = []
         self._cond = threading.Condition()
-        self._pending = [0] * self.workers          # batches in a lane's queue, not yet moved
-        self._ended: list[BaseException | None] = [None] * self.workers  # end of input or failure
+        self._pending = [0] * self.max_threads          # batches in a lane's queue, not yet moved
+        self._ended: list[BaseException | None] = [None] * self.max_threads  # end of input or failure
         self._options = plan.run_options(host.run_options)
 
     def halted(self) -> bool:
@@ -52,12 +52,12 @@ class ShardedProducer:
         """Autotune does not change a sharded stage: one lane per task."""
 
     def discard_lane_leftovers(self) -> None:
-        discard_leftovers(self.host.control_run, self.lanes.lanes[:self.workers])
+        discard_leftovers(self.host.control_run, self.lanes.lanes[:self.max_threads])
 
     def start(self, prime: bool = False) -> None:
         self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True,
                                          name=f"smartstage-prefetch-{self.host.name}-task{i}")
-                        for i in range(self.workers)]
+                        for i in range(self.max_threads)]
         self.threads.append(threading.Thread(target=self._merge, daemon=True,
                                              name=f"smartstage-prefetch-{self.host.name}-merger"))
         for thread in self.threads:
@@ -87,7 +87,7 @@ class ShardedProducer:
                 self._cond.notify_all()
 
     def _merge(self) -> None:
-        turn = list(range(self.workers))
+        turn = list(range(self.max_threads))
         position = 0
         end_of_input: BaseException | None = None
         while turn:
@@ -121,7 +121,7 @@ class ShardedProducer:
     def _move(self, task: int) -> bool:
         started = time.monotonic()
         try:
-            with self.host.in_flight(self.workers):
+            with self.host.in_flight(self.max_threads):
                 occupancy = self.sess.run(self.lanes.lanes[task].occupancy, options=self.host.run_options)
         except Exception as error:  # noqa: BLE001
             if not self.halted():

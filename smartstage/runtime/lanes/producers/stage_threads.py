@@ -115,11 +115,11 @@ class StageThreads:
                 self.lanes, why = lane_graph(graph, self.name, self.put, self.put.inputs[0], count)
                 if self.lanes is None:
                     logger.warning("stage %s: runs one ordered prefetch thread instead of %s: %s", self.name,
-                                   "AUTOTUNE" if self.settings.tune_lanes else self.settings.lanes, why)
+                                   "AUTOTUNE" if self.settings.tune_num_threads else self.settings.num_threads, why)
             workers = len(self.lanes.lanes) if self.lanes is not None else 1
             self.puts = [_PutState() for _ in range(workers + 1)]  # the workers and the merger
         else:
-            self.puts = [_PutState() for _ in range(self.settings.lanes)]
+            self.puts = [_PutState() for _ in range(self.settings.num_threads)]
         self.prepared = True
 
     @property
@@ -145,9 +145,10 @@ class StageThreads:
         config = getattr(self.sess, "_config", None)
         options, tune_pool, note = stage_pools(settings, config, self.remote is not None)
         pinned = explicit_pool_threads(settings, config)
-        max_lanes = lane_count(settings) or 1
-        tuner = Tuner(self.name, settings.lanes, settings.capacity, settings.tune_lanes, settings.tune_capacity,
-                      max_lanes=min(max_lanes, pinned) if pinned and settings.tune_lanes else max_lanes,
+        max_threads = lane_count(settings) or 1
+        tuner = Tuner(self.name, settings.num_threads, settings.capacity, settings.tune_num_threads,
+                      settings.tune_capacity,
+                      max_threads=min(max_threads, pinned) if pinned and settings.tune_num_threads else max_threads,
                       max_buffered_bytes=settings.max_buffered_bytes, own_pool=settings.pool is not None,
                       tune_pool=tune_pool, pool_note=note)
         return options, tuner
@@ -155,11 +156,11 @@ class StageThreads:
     def stats(self) -> PipelineStats:
         """The stage's pipeline now: last window's measurements, the settings in force, the decision."""
         producer = self.producer
-        lanes = producer.active_lanes if producer is not None else self.settings.lanes
+        num_threads = producer.num_threads if producer is not None else self.settings.num_threads
         capacity = (producer.soft_capacity if producer is not None and producer.soft_capacity is not None
                     else self.tuner.capacity)
         lane_batches = tuple(producer.lane_batches) if producer is not None else ()
-        return PipelineStats(stage=self.name, num_threads=lanes, capacity=capacity, own_pool=self.tuner.own_pool,
+        return PipelineStats(stage=self.name, num_threads=num_threads, capacity=capacity, own_pool=self.tuner.own_pool,
                              ordered=self.ordered, lane_batches=lane_batches, decision=self.tuner.decision(),
                              **self.meter.summary())
 
@@ -352,7 +353,7 @@ class StageThreads:
             self.producer = OrderedProducer(self, self.lanes, self.runs)
             self.producer.start(prime=self.resettable)
         else:
-            self.producer = UnorderedProducer(self, self.settings.lanes)
+            self.producer = UnorderedProducer(self, self.settings.num_threads)
             self.producer.start(prime=self.resettable)
 
     def wait_for_initializer(self, index: int) -> None:

@@ -26,7 +26,7 @@ class UnorderedProducer:
     def __init__(self, host: ProducerHost, count: int):
         self.host = host
         self.count = count
-        self.active_lanes = count    # what stats() reports as the lanes (threads) in force
+        self.num_threads = count    # what stats() reports as the threads in force
         self.soft_capacity = None    # the tuned capacity is the tuner's (unordered puts wait for room themselves)
         self.lane_batches: tuple[int, ...] = ()
         self.threads: list[threading.Thread] = []

@@ -99,27 +99,27 @@ class Mode(enum.Enum):
 class Tuner:
     """Hill-climbs the lane count (and capacity) of one stage on measured batches/s, then tries its pool.
 
-    tune_lanes / tune_capacity / tune_pool: which settings are AUTOTUNE (explicit ones never change;
-    tune_pool only when the session has a prefetch pool to try). max_lanes: the lanes that exist;
+    tune_num_threads / tune_capacity / tune_pool: which settings are AUTOTUNE (explicit ones never change;
+    tune_pool only when the session has a prefetch pool to try). max_threads: the lanes that exist;
     max_buffered_bytes: the cap on buffered bytes; own_pool: the pool in force (True: the prefetch pool).
     """
 
-    def __init__(self, stage: str, lanes: int, capacity: int, tune_lanes: bool, tune_capacity: bool,
-                 max_lanes: int, max_buffered_bytes: int, own_pool: bool = False, tune_pool: bool = False,
+    def __init__(self, stage: str, num_threads: int, capacity: int, tune_num_threads: bool, tune_capacity: bool,
+                 max_threads: int, max_buffered_bytes: int, own_pool: bool = False, tune_pool: bool = False,
                  pool_note: str = ""):
         self.stage = stage
-        self.lanes = lanes
+        self.num_threads = num_threads
         self.capacity = capacity
-        self.tune_lanes = tune_lanes and max_lanes > 1
+        self.tune_num_threads = tune_num_threads and max_threads > 1
         self.tune_capacity = tune_capacity
-        self.max_lanes = max_lanes
+        self.max_threads = max_threads
         self.max_buffered_bytes = max_buffered_bytes
         self.own_pool = own_pool
         self.tune_pool = tune_pool
         self.pool_note = pool_note  # why the pool is not tuned, when it is AUTOTUNE but cannot be (logged once settled)
         self.tried: list[tuple[int, int, float]] = []
         self.pool_tried: list[tuple[bool, float]] = []
-        tunes = self.tune_lanes or self.tune_capacity or self.tune_pool
+        tunes = self.tune_num_threads or self.tune_capacity or self.tune_pool
         self.mode = Mode.CLIMBING if tunes else Mode.SETTLED
         self.reason = "measuring" if tunes else "explicit settings"
         if not tunes and pool_note:
@@ -149,7 +149,7 @@ class Tuner:
         return int(batch_bytes <= 0 or (self.capacity + 1) * batch_bytes <= self.max_buffered_bytes)
 
     def decision(self) -> TuningDecision:
-        return TuningDecision(self.stage, self.lanes, self.capacity, self.own_pool, self.settled,
+        return TuningDecision(self.stage, self.num_threads, self.capacity, self.own_pool, self.settled,
                               self.reason, tuple(self.tried), tuple(self.pool_tried))
 
     @property
@@ -174,10 +174,10 @@ class Tuner:
     def observe(self, window: Window, rate: float, batch_bytes: int) -> bool:
         """One finished window; True when the settings changed.
 
-            before:  Tuner(lanes=1, tune_lanes=True), a window whose buffer ran empty at 10 batches/s
-            after:   True; lanes=2, mode CLIMBING (the next window judges the second lane)
+            before:  Tuner(num_threads=1, tune_num_threads=True), a window whose buffer ran empty at 10 batches/s
+            after:   True; num_threads=2, mode CLIMBING (the next window judges the second lane)
         """
-        if not (self.tune_lanes or self.tune_capacity or self.tune_pool):
+        if not (self.tune_num_threads or self.tune_capacity or self.tune_pool):
             return False
         limit = self.capacity_limit(batch_bytes)
         if self.cap_capacity(batch_bytes):
@@ -190,8 +190,8 @@ class Tuner:
         empty = window.empty / max(window.batches, 1)
         if self.mode is Mode.POOL_TRIAL:
             return self._pool_window(rate)
-        self.tried.append((self.lanes, self.capacity, round(rate, 2)))
-        if not (self.settled or self.tune_lanes or self.tune_capacity):  # only the pool is AUTOTUNE
+        self.tried.append((self.num_threads, self.capacity, round(rate, 2)))
+        if not (self.settled or self.tune_num_threads or self.tune_capacity):  # only the pool is AUTOTUNE
             return self._settle(rate, "explicit lanes and capacity")
         if self.mode is Mode.SETTLED:
             return self._watch(rate, empty)
@@ -199,62 +199,62 @@ class Tuner:
             return self._trimmed(rate, empty)
         best = self._best
         if best is None or rate > best[2] * (1 + GAIN_MARGIN):
-            self._best, self.mode = (self.lanes, self.capacity, rate), Mode.CLIMBING
+            self._best, self.mode = (self.num_threads, self.capacity, rate), Mode.CLIMBING
             # One lane more only while the input is the bound: a lane costs two more session runs per batch,
             # so a trial is not free. A lane that buys no more than GAIN_MARGIN is given back below.
-            if empty >= EMPTY_FRACTION and self.tune_lanes and self.lanes < self.max_lanes:
-                return self._change(self.lanes + 1, self._room(limit), "the buffer ran empty: one lane more")
+            if empty >= EMPTY_FRACTION and self.tune_num_threads and self.num_threads < self.max_threads:
+                return self._change(self.num_threads + 1, self._room(limit), "the buffer ran empty: one lane more")
             if empty >= EMPTY_FRACTION and self.tune_capacity and self.capacity * 2 <= limit:
-                return self._change(self.lanes, self.capacity * 2, "the buffer ran empty: capacity doubled")
+                return self._change(self.num_threads, self.capacity * 2, "the buffer ran empty: capacity doubled")
             if empty < EMPTY_FRACTION:
                 return self._trim_or_settle(rate)
             return self._settle(rate, "no more lanes or capacity to try")
-        lanes, capacity, best_rate = best
-        if self._may_leap(lanes, best_rate, rate, empty):
+        num_threads, capacity, best_rate = best
+        if self._may_leap(num_threads, best_rate, rate, empty):
             # Each lane may buy less than the margin on a gentle slope (Wide&Deep io: 2 -> 3 lanes +1% in a
             # window, 2 -> 4 threads +10%): one lane further, judged against the best, tells a slope from a plateau.
             self.mode = Mode.LEAPING
-            why = (f"{self.lanes} lanes ran {rate:.1f} batches/s, a gain under {GAIN_MARGIN:.0%} over {lanes} at "
-                   f"{best_rate:.1f}, the buffer still empty: trying {self.lanes + 1}")
-            return self._change(self.lanes + 1, self._room(limit), why)
+            why = (f"{self.num_threads} lanes ran {rate:.1f} batches/s, a gain under {GAIN_MARGIN:.0%} over "
+                   f"{num_threads} at {best_rate:.1f}, the buffer still empty: trying {self.num_threads + 1}")
+            return self._change(self.num_threads + 1, self._room(limit), why)
         # The last change did not pay: go back to the best setting and settle there.
-        why = (f"{self.lanes} lanes / capacity {self.capacity} ran {rate:.1f} batches/s, "
-               f"not more than {lanes} lanes / capacity {capacity} at {best_rate:.1f}")
-        changed = (lanes, capacity) != (self.lanes, self.capacity)
-        self.lanes, self.capacity = lanes, capacity
+        why = (f"{self.num_threads} lanes / capacity {self.capacity} ran {rate:.1f} batches/s, "
+               f"not more than {num_threads} lanes / capacity {capacity} at {best_rate:.1f}")
+        changed = (num_threads, capacity) != (self.num_threads, self.capacity)
+        self.num_threads, self.capacity = num_threads, capacity
         return self._settle(best_rate, why) or changed  # logs the setting it went back to
 
     def _room(self, limit: int) -> int:
         """The capacity for one lane more: a lane runs ahead only into room in the buffer, so with capacity
         tuned each lane gets two slots (within the byte cap's `limit`)."""
-        return min(max(self.capacity, 2 * (self.lanes + 1)), limit) if self.tune_capacity else self.capacity
+        return min(max(self.capacity, 2 * (self.num_threads + 1)), limit) if self.tune_capacity else self.capacity
 
-    def _may_leap(self, best_lanes: int, best_rate: float, rate: float, empty: float) -> bool:
+    def _may_leap(self, best_num_threads: int, best_rate: float, rate: float, empty: float) -> bool:
         """Whether a lane more that gained, but less than the margin, with the buffer still empty, gets one more
         lane on trial (once: a second lane that does not pay either ends the search)."""
-        return (self.tune_lanes and self.mode is not Mode.LEAPING and self.lanes == best_lanes + 1
-                and self.lanes < self.max_lanes and rate >= best_rate and empty >= EMPTY_FRACTION)
+        return (self.tune_num_threads and self.mode is not Mode.LEAPING and self.num_threads == best_num_threads + 1
+                and self.num_threads < self.max_threads and rate >= best_rate and empty >= EMPTY_FRACTION)
 
     def _trim_or_settle(self, rate: float) -> bool:
         """The buffer stays filled: the fewest lanes that keep it so win (a lane costs CPU the step could use;
         a lane kept on a warm-up window's low rate would otherwise stay for good)."""
-        if self.tune_lanes and self.lanes > 1:
-            self._trim_from, self.mode = (self.lanes, self.capacity, rate), Mode.TRIMMING
-            return self._change(self.lanes - 1, self.capacity, "the buffer stays filled: trying one lane less")
+        if self.tune_num_threads and self.num_threads > 1:
+            self._trim_from, self.mode = (self.num_threads, self.capacity, rate), Mode.TRIMMING
+            return self._change(self.num_threads - 1, self.capacity, "the buffer stays filled: trying one lane less")
         return self._settle(rate, "the buffer stays filled: the step, not the input, sets the pace")
 
     def _trimmed(self, rate: float, empty: float) -> bool:
-        lanes, capacity, before = self._trim_from
+        num_threads, capacity, before = self._trim_from
         self._trim_from = None
         if empty < EMPTY_FRACTION:  # one lane less still keeps the buffer filled: keep it, try another
-            self._best = (self.lanes, self.capacity, rate)
+            self._best = (self.num_threads, self.capacity, rate)
             return self._trim_or_settle(rate)
-        self.lanes, self.capacity = lanes, capacity
-        self._settle(before, f"{lanes - 1} lanes let the buffer run empty, {lanes} keep it filled")
+        self.num_threads, self.capacity = num_threads, capacity
+        self._settle(before, f"{num_threads - 1} lanes let the buffer run empty, {num_threads} keep it filled")
         return True
 
-    def _change(self, lanes: int, capacity: int, why: str) -> bool:
-        self.lanes, self.capacity, self.reason, self._skip_next = lanes, capacity, why, True
+    def _change(self, num_threads: int, capacity: int, why: str) -> bool:
+        self.num_threads, self.capacity, self.reason, self._skip_next = num_threads, capacity, why, True
         return True
 
     def _settle(self, rate: float, why: str) -> bool:
@@ -268,7 +268,7 @@ class Tuner:
             why = f"{why}; {self.pool_note}"
         self.mode, self._settled_rate, self.reason, self._skip_next = Mode.SETTLED, rate, why, True
         logger.info("stage %s: autotune settled on %d lanes, capacity %d, %s pool (%.1f batches/s): %s",
-                    self.stage, self.lanes, self.capacity, "own" if self.own_pool else "shared", rate, why)
+                    self.stage, self.num_threads, self.capacity, "own" if self.own_pool else "shared", rate, why)
         return False
 
     def _pool_window(self, rate: float) -> bool:
@@ -314,4 +314,4 @@ class Tuner:
         self.reason = "the input became the bound; measuring again"
         if self.tune_pool:  # the pool is tried again once the lanes settle at the new pace
             self._pool_decided, self.own_pool = False, False
-        return self._change(1 if self.tune_lanes else self.lanes, self.capacity, self.reason)
+        return self._change(1 if self.tune_num_threads else self.num_threads, self.capacity, self.reason)
