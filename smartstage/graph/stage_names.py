@@ -19,7 +19,8 @@ ATTR_TASKS = "_smartstage_input_tasks"
 ATTR_MODE = "_smartstage_input_mode"
 ATTR_CUT = "_smartstage_input_cut"
 ATTR_TIMEOUT = "_smartstage_input_timeout_millis"
-ATTR_LANES = "_smartstage_input_lanes_per_task"
+# input_num_threads_per_task; the attribute keeps the name optimized graphs already carry
+ATTR_THREADS_PER_TASK = "_smartstage_input_lanes_per_task"
 
 # The lanes of a stage: `<stage>/lanes/` on the trainer, `<stage>/remote_lanes/` for a stage on input tasks.
 LANES_SCOPE = "lanes"
@@ -132,8 +133,8 @@ class LaneNames:
         return self._op(BATCH_BYTES) + ":0"
 
 
-__all__ = ["ATTR_CUT", "ATTR_LANES", "ATTR_MODE", "ATTR_TASKS", "ATTR_TIMEOUT", "BATCH_BYTES", "DATASET_FOLD_SCOPE",
-           "FOLDED_READ", "HEAD_TARGETS", "folded_stage_of",
+__all__ = ["ATTR_CUT", "ATTR_MODE", "ATTR_TASKS", "ATTR_THREADS_PER_TASK", "ATTR_TIMEOUT", "BATCH_BYTES",
+           "DATASET_FOLD_SCOPE", "FOLDED_READ", "HEAD_TARGETS", "folded_stage_of",
            "INPUT_TASKS_MARKER", "INPUT_TASK_SCOPE", "LANE_DISCARD", "LANE_ENQUEUE", "LANE_HAND_IN",
            "LANE_INPUT_DISCARD", "LANE_INPUT_SIZE", "LANE_MOVE", "LANE_OCCUPANCY", "LANE_SCOPES", "LANE_SIZE",
            "LANES_SCOPE", "LaneNames", "PUT_OCCUPANCY", "REMOTE_LANES_SCOPE", "input_task_scope",

@@ -9,7 +9,7 @@
         head=("reader",), to_tasks=(reader:0 ...), from_tasks=(hash:0 ...)),)
 
 Read from the graph alone: the marker NoOp `<stage>/input_tasks` the input_tasks pass leaves (its attributes
-hold the tasks, the mode, the cut and the lanes per task), the devices of the nodes and the copies under
+hold the tasks, the mode, the cut and the threads per task), the devices of the nodes and the copies under
 `<stage>/input_task_<i>/`. Analysis only: nothing here edits a graph.
 """
 
@@ -21,9 +21,10 @@ from typing import Any, Mapping
 
 from tensorflow.core.framework import types_pb2
 
+from smartstage.config.renamed import renamed_fields
 from smartstage.graph.load import load_graph, stage_defs_of
 from smartstage.graph.names import parse_tensor_name
-from smartstage.graph.stage_names import (ATTR_CUT, ATTR_LANES, ATTR_MODE, ATTR_TASKS, ATTR_TIMEOUT,
+from smartstage.graph.stage_names import (ATTR_CUT, ATTR_MODE, ATTR_TASKS, ATTR_THREADS_PER_TASK, ATTR_TIMEOUT,
                                           INPUT_TASK_SCOPE as COPY_SCOPE, INPUT_TASKS_MARKER as MARKER)
 from smartstage.graph.view import GraphView
 from smartstage.inspection.sides import graph_sides, prefetch_side
@@ -55,15 +56,19 @@ class TaskPlacement:
     lanes: tuple[int, ...]             # central: the lanes whose body runs here (lane k: batches k, k+L, ...)
 
 
+@renamed_fields({"lanes_per_task": "num_threads_per_task"})
 @dataclass(frozen=True)
 class StagePlacement:
-    """One stage placed on input tasks: the tasks, what stays on the trainer, what crosses per batch."""
+    """One stage placed on input tasks: the tasks, what stays on the trainer, what crosses per batch.
+
+    num_threads_per_task: central mode's prefetch threads per task (input_num_threads_per_task), one lane each.
+    """
 
     stage: str
     mode: str                          # "central" or "sharded"
     job: str
     trainer: str                       # the device of the put ("" : the session's own task)
-    lanes_per_task: int
+    num_threads_per_task: int
     timeout_millis: int
     tasks: tuple[TaskPlacement, ...]
     head: tuple[str, ...]              # prefetch-side nodes that stay on the trainer (central: the head)
@@ -86,7 +91,8 @@ class StagePlacement:
 
     def to_dict(self) -> dict[str, Any]:
         return {"stage": self.stage, "mode": self.mode, "job": self.job, "trainer": self.trainer,
-                "lanes_per_task": self.lanes_per_task, "timeout_millis": self.timeout_millis,
+                "num_threads_per_task": self.num_threads_per_task, "timeout_millis": self.timeout_millis,
+                "lanes_per_task": self.num_threads_per_task,  # schema version 1's first spelling, kept for readers
                 "tasks": [{"task": t.task, "nodes": t.nodes, "ops": [list(o) for o in t.ops], "op_types": t.op_types,
                            "examples": list(t.examples), "lanes": list(t.lanes)} for t in self.tasks],
                 "head": list(self.head), "stage_ops": list(self.stage_ops),
@@ -98,7 +104,8 @@ class StagePlacement:
     def from_dict(cls, d: Mapping[str, Any]) -> "StagePlacement":
         tasks = tuple(TaskPlacement(t["task"], t["nodes"], tuple(tuple(o) for o in t["ops"]), t["op_types"],
                                     tuple(t["examples"]), tuple(t["lanes"])) for t in d["tasks"])
-        return cls(d["stage"], d["mode"], d["job"], d["trainer"], d["lanes_per_task"], d["timeout_millis"], tasks,
+        num_threads = d["num_threads_per_task"] if "num_threads_per_task" in d else d["lanes_per_task"]
+        return cls(d["stage"], d["mode"], d["job"], d["trainer"], num_threads, d["timeout_millis"], tasks,
                    tuple(d["head"]), tuple(d["stage_ops"]), tuple(CrossingTensor(**t) for t in d["to_tasks"]),
                    tuple(CrossingTensor(**t) for t in d["from_tasks"]))
 
@@ -148,7 +155,7 @@ def _stage_placement(view: GraphView, sides, stage, marker, owner: dict[str, str
     attrs = marker.attr
     devices = [s.decode() for s in attrs[ATTR_TASKS].list.s]
     mode = attrs[ATTR_MODE].s.decode()
-    per_task = max(1, int(attrs[ATTR_LANES].i))
+    per_task = max(1, int(attrs[ATTR_THREADS_PER_TASK].i))
     lanes = len(devices) * per_task
     side = set(sides.prefetch_nodes(stage.name))
     on_task: list[list[str]] = [[] for _ in devices]
@@ -165,7 +172,7 @@ def _stage_placement(view: GraphView, sides, stage, marker, owner: dict[str, str
     from_tasks = [t for t in view.data_inputs(stage.put) if t.node in placed]
     return StagePlacement(
         stage=stage.name, mode=mode, job=_job(devices[0]) if devices else "", trainer=view.node(stage.put).device,
-        lanes_per_task=per_task, timeout_millis=int(attrs[ATTR_TIMEOUT].i), tasks=tasks, head=head,
+        num_threads_per_task=per_task, timeout_millis=int(attrs[ATTR_TIMEOUT].i), tasks=tasks, head=head,
         stage_ops=tuple(n for n in (stage.buffer, stage.put, stage.take) if n),
         to_tasks=tuple(_crossing(view, parse_tensor_name(t)) for t in cut if parse_tensor_name(t).node in view),
         from_tasks=tuple(_crossing(view, t) for t in from_tasks))
@@ -274,7 +281,7 @@ def placement_lines(placements: tuple[StagePlacement, ...]) -> list[str]:
     lines: list[str] = []
     for p in placements:
         kind = "central source" if p.mode == "central" else "sharded sources"
-        lanes = (f", {p.lanes_per_task} lane(s) per task, batch n's body on task n mod {len(p.tasks)}"
+        lanes = (f", {p.num_threads_per_task} thread(s) per task, batch n's body on task n mod {len(p.tasks)}"
                  if p.mode == "central" else ", one reader per task, batches taken from the tasks in turn")
         lines.append(f"stage {p.stage!r}: {kind} on {len(p.tasks)} task(s) of job {p.job!r}{lanes}")
         trainer = p.trainer or "(the session's task)"

@@ -30,7 +30,7 @@ from smartstage.graph.edits import EditLog, apply_to_graph_def
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.heads import INPUT_TASKS, close_head
 from smartstage.graph.op_types import ITERATOR_READS, UNFEEDABLE_DTYPES, is_ref_dtype, is_stateful_op
-from smartstage.graph.stage_names import (ATTR_CUT, ATTR_LANES, ATTR_MODE, ATTR_TASKS, ATTR_TIMEOUT,
+from smartstage.graph.stage_names import (ATTR_CUT, ATTR_MODE, ATTR_TASKS, ATTR_THREADS_PER_TASK, ATTR_TIMEOUT,
                                           input_task_scope, input_tasks_marker)
 from smartstage.graph.stages import FIFO, StageBoundary
 from smartstage.graph.view import GraphView
@@ -284,7 +284,7 @@ def _marker(stage: StageBoundary, view: GraphView, plan: StageInputPlacement, op
     marker.attr[ATTR_MODE].s = plan.mode.encode()
     marker.attr[ATTR_CUT].list.s.extend(t.encode() for t in plan.cut)
     marker.attr[ATTR_TIMEOUT].i = options.input_timeout_millis
-    marker.attr[ATTR_LANES].i = options.input_num_threads_per_task
+    marker.attr[ATTR_THREADS_PER_TASK].i = options.input_num_threads_per_task
     return marker
 
 

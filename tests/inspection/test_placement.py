@@ -28,7 +28,7 @@ FROM_TASKS = "  per batch tasks -> trainer: 2 tensor(s), 60 bytes: mul:0 float[3
 TRAINER = "  trainer (the session's task): {head}; buffer, put, take: stage/buffer, stage/put, stage/take"
 
 CENTRAL_2 = [
-    "stage 'stage': central source on 2 task(s) of job 'input', 1 lane(s) per task, batch n's body on task n mod 2",
+    "stage 'stage': central source on 2 task(s) of job 'input', 1 thread(s) per task, batch n's body on task n mod 2",
     TRAINER.format(head="head 2 node(s): IteratorV2, IteratorGetNext"),
     f"  {T}0 (lane 0): 7 node(s): {BODY_OPS}; e.g. Abs, add, Sqrt, mul",
     f"  {T}1 (lane 1): 7 node(s): {BODY_OPS}; e.g. stage/input_task_1/Abs, stage/input_task_1/add, "
@@ -81,13 +81,14 @@ def test_explain_says_which_task_runs_a_node(meta, mode, tasks, node, sentence):
     assert explanation.to_dict()["placement"] == sentence
 
 
-def test_lanes_per_task_show_on_every_task(meta):
+def test_threads_per_task_show_on_every_task(meta):
     import smartstage as ss
 
     result = ss.optimize(meta, ss.enable_smart_stage(), targets=["loss", "train_op"], input_job="input",
                          input_tasks=2, input_num_threads_per_task=2)
     (placement,) = stage_placements(result.meta_graph_def)
-    assert [t.lanes for t in placement.tasks] == [(0, 2), (1, 3)]
+    assert placement.num_threads_per_task == 2 and [t.lanes for t in placement.tasks] == [(0, 2), (1, 3)]
+    assert "2 thread(s) per task" in placement_lines((placement,))[0]
     assert placement_lines((placement,))[2].startswith(f"  {T}0 (lanes 0, 2): 7 node(s)")
 
 

@@ -25,8 +25,8 @@ from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.ops import gen_data_flow_ops
 
 from smartstage.errors import InputTaskError, StageRuntimeError
-from smartstage.graph.stage_names import (ATTR_CUT, ATTR_LANES, ATTR_MODE, ATTR_TASKS, ATTR_TIMEOUT, BATCH_BYTES,
-                                          HEAD_TARGETS, PUT_OCCUPANCY, REMOTE_LANES_SCOPE, LaneNames,
+from smartstage.graph.stage_names import (ATTR_CUT, ATTR_MODE, ATTR_TASKS, ATTR_THREADS_PER_TASK, ATTR_TIMEOUT,
+                                          BATCH_BYTES, HEAD_TARGETS, PUT_OCCUPANCY, REMOTE_LANES_SCOPE, LaneNames,
                                           input_task_scope, input_tasks_marker)
 from smartstage.runtime.lanes.lanes import (LaneGraph, build_lane, bytes_of_batch, find_lane, found_lane_graph,
                                             prepare_lanes)
@@ -46,11 +46,11 @@ class RemotePlan:
     tasks: tuple[str, ...]       # device of each input task's CPU, task i at index i
     cut: tuple[str, ...]         # central: tensors the trainer's head hands to the body
     timeout_millis: int
-    lanes_per_task: int
+    num_threads_per_task: int
 
     @property
     def lane_count(self) -> int:
-        return len(self.tasks) * self.lanes_per_task
+        return len(self.tasks) * self.num_threads_per_task
 
     def task_of_lane(self, lane: int) -> int:
         return lane % len(self.tasks)
@@ -75,7 +75,7 @@ def remote_plan(graph: tf.Graph, stage_name: str) -> RemotePlan | None:
                       tuple(s.decode() for s in attrs[ATTR_TASKS].list.s),
                       tuple(s.decode() for s in attrs[ATTR_CUT].list.s),
                       int(attrs[ATTR_TIMEOUT].i) or 60000,
-                      max(1, int(attrs[ATTR_LANES].i)))
+                      max(1, int(attrs[ATTR_THREADS_PER_TASK].i)))
 
 
 def _on_task(graph: tf.Graph, plan: RemotePlan, task: int, tensor: tf.Tensor) -> tf.Tensor:
