@@ -3,6 +3,11 @@ to find every one in a graph. Every layer above shares it: the passes, the sessi
 
     stages, notes = find_stages(GraphView(graph_def), stage_defs)
     stages[0].put, stages[0].take        # ("stage/put", "stage/take")
+
+A boundary of kind INPUTS is a graph's own inputs (a TF2 step's placeholders): no buffer, put or take in the
+graph; its input nodes play the take's role, and `carries` names what it hands to the main side.
+
+    input_boundary("inputs", ("batch", "batch_1")).take_nodes   # ("batch", "batch_1")
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from smartstage.errors import GraphError
-from smartstage.graph.names import TensorName
+from smartstage.graph.names import TensorName, parse_tensor_name
 from smartstage.graph.view import GraphView
 from smartstage.protos import StageDef
 from smartstage.graph.op_types import DEQUEUE_OPS, ENQUEUE_OPS, QUEUE_OPS, QUEUE_USER_OPS, STAGING_OPS, TENSOR_BUFFER_OPS
@@ -24,6 +29,9 @@ STAGING_AREA = "staging_area"
 
 
 TENSOR_BUFFER = "tensor_buffer"
+
+
+INPUTS = "inputs"
 
 
 _KIND_OF_PROTO = {StageDef.FIFO_QUEUE: FIFO, StageDef.STAGING_AREA: STAGING_AREA, StageDef.TENSOR_BUFFER: TENSOR_BUFFER}
@@ -44,16 +52,39 @@ class StageBoundary:
     related: tuple[str, ...] = ()  # close, cancel, size, peek, clear ... of the same buffer
     origin: str = "structural"
     stage_def: StageDef | None = field(default=None, compare=False)
+    # Kind INPUTS only: the graph's input nodes, and what the boundary hands to the main side, as a put's
+    # inputs would name it ("node:port" tensors, "^node" for what the main side waits for).
+    inputs: tuple[str, ...] = ()
+    carries: tuple[str, ...] = ()
 
     @property
     def ops(self) -> tuple[str, ...]:
         """Every node that belongs to the boundary itself."""
-        return tuple(n for n in (self.buffer, self.put, self.take) if n) + self.related
+        return tuple(n for n in (self.buffer, self.put, self.take) if n) + self.related + self.inputs
+
+    @property
+    def take_nodes(self) -> tuple[str, ...]:
+        """The nodes whose readers are downstream of the boundary: the take, or a graph's input nodes."""
+        return self.inputs if self.kind == INPUTS else (self.take,)
 
     def put_data_inputs(self, view: GraphView) -> list[TensorName]:
-        """The tensors the put carries, in buffer order (a queue's handle input excluded)."""
+        """The tensors the put carries, in buffer order (a queue's handle input excluded); for INPUTS, the
+        data tensors of `carries`."""
+        if self.kind == INPUTS:
+            return [parse_tensor_name(t) for t in self.carries if not t.startswith("^")]
         inputs = view.data_inputs(self.put)
         return inputs[1:] if self.kind == FIFO else inputs
+
+
+def input_boundary(name: str, inputs: tuple[str, ...]) -> StageBoundary:
+    """The boundary at a graph's inputs: each input node stands for its own output 0, which crosses as it is.
+
+        before:  batch -> hash -> lookup(w)               (batch: a TF2 step's Placeholder)
+        after:   input_boundary("inputs", ("batch",)).carries == ("batch:0",)
+    """
+    inputs = tuple(inputs)
+    return StageBoundary(name=name, kind=INPUTS, put="", take="", origin="inputs", inputs=inputs,
+                         carries=tuple(f"{n}:0" for n in inputs))
 
 
 def _shared_name(node) -> tuple[bytes, bytes]:

@@ -6,6 +6,9 @@
 fold_dataset runs when options.tf_data_stage == "fold" (the default) and the input stays in this process
 (no input_job, no tf.data service): a stage reading a tf.data iterator becomes the dataset's map and
 prefetch; the stages it cannot fold keep their buffer for the passes after it.
+
+partition_inputs is the partition's entry for a graph whose boundary is its own inputs (a TF2 step's function
+graph): analysis only, outside this order.
 """
 
 from __future__ import annotations

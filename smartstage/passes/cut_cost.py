@@ -301,10 +301,11 @@ def _recomputable(view: GraphView, name: str, sizes: _Sizes) -> bool:
     return op in SHAPE_ARITHMETIC_OPS and sizes.small(name)
 
 
-def plan_cut(view: GraphView, moved: Iterable[str], take: str, *, fixed: Iterable[str] = (),
+def plan_cut(view: GraphView, moved: Iterable[str], take: str | Sequence[str], *, fixed: Iterable[str] = (),
              crossing_anyway: Iterable[str] = (), fanouts: Callable[[str], Sequence[Fanout]] | None = None) -> CutPlan:
     """Which moved nodes to recompute on the main side (module docstring), and whether the rest is worth moving.
 
+    take: the stage's take, or the nodes in its role (a graph's input nodes: graph.stages.input_boundary).
     moved: the partition's moved nodes; every other reader of a moved node or of `take` is on the main side.
     fixed: moved nodes that must stay moved (pulled random sources). crossing_anyway: tensors ("take:0") that
     cross whatever the rule decides (fetched from the take). fanouts: view.fanouts, or what gives the same
@@ -317,6 +318,7 @@ def plan_cut(view: GraphView, moved: Iterable[str], take: str, *, fixed: Iterabl
     cut is found per component of the flow network (min_cut.FlowNetwork: a few ops per feature).
     """
     fanouts = fanouts or view.fanouts
+    takes = (take,) if isinstance(take, str) else tuple(take)
     moved = list(moved)
     moved_set = set(moved)
     sizes = _Sizes(view)
@@ -344,7 +346,7 @@ def plan_cut(view: GraphView, moved: Iterable[str], take: str, *, fixed: Iterabl
     def reader_node(consumer: str):
         if consumer in candidates:
             return ("n", consumer)
-        return None if consumer in moved_set or consumer == take else _T
+        return None if consumer in moved_set or consumer in takes else _T
 
     recomputed: dict[str, str] = {}
     if candidates:
@@ -352,7 +354,7 @@ def plan_cut(view: GraphView, moved: Iterable[str], take: str, *, fixed: Iterabl
         relevant = set(candidates)
         for name in candidates:
             relevant.update(t.node for t in view.inputs(name))
-        for src in [take, *moved]:
+        for src in [*takes, *moved]:
             if src not in relevant:
                 continue
             readers: dict[int, list[str]] = {}
@@ -389,7 +391,7 @@ def plan_cut(view: GraphView, moved: Iterable[str], take: str, *, fixed: Iterabl
                   f"{', ...' if len(ops) > 6 else ''}), which cost the step less than a map or a buffer costs per "
                   "element")
     return CutPlan(recomputed=recomputed, worth_moving=not reason, reason=reason,
-                   costs=lambda: _boundary_costs(view, moved_set, take, anyway, sizes, recomputed, fanouts))
+                   costs=lambda: _boundary_costs(view, moved_set, takes, anyway, sizes, recomputed, fanouts))
 
 
 def _keep_read_by(view: GraphView, candidates: set[str], staying: list[str]) -> None:
@@ -405,10 +407,10 @@ def _boundary_cost(view: GraphView, moved: set[str], take: str, anyway: set[str]
                    recomputed: Mapping[str, str]) -> float:
     """Per element: every tensor of the take or a moved node that a main-side node reads, carried once, plus
     the recomputed ops."""
-    return _boundary_costs(view, moved, take, anyway, sizes, recomputed)[1]
+    return _boundary_costs(view, moved, (take,), anyway, sizes, recomputed)[1]
 
 
-def _boundary_costs(view: GraphView, moved: set[str], take: str, anyway: set[str], sizes: _Sizes,
+def _boundary_costs(view: GraphView, moved: set[str], takes: tuple[str, ...], anyway: set[str], sizes: _Sizes,
                     recomputed: Mapping[str, str], fanouts: Callable[[str], Sequence[Fanout]] | None = None
                     ) -> tuple[float, float]:
     """_boundary_cost with nothing recomputed and with `recomputed`, in one sweep over the boundary (each sum
@@ -419,9 +421,9 @@ def _boundary_costs(view: GraphView, moved: set[str], take: str, anyway: set[str
         anyway_ports.setdefault(k.rpartition(":")[0], set()).add(int(k.rpartition(":")[2]))
     before = 0.0
     after = RECOMPUTE_OP * len(recomputed)
-    for src in [take, *moved]:
+    for src in [*takes, *moved]:
         uses = fanouts(src)
-        ports = {p for c, _, p in uses if p != CONTROL_PORT and c not in moved and c != take}
+        ports = {p for c, _, p in uses if p != CONTROL_PORT and c not in moved and c not in takes}
         if src in anyway_ports:
             ports |= anyway_ports[src]
         cost = sum(sizes.carry(src, p) for p in ports)
@@ -430,7 +432,7 @@ def _boundary_costs(view: GraphView, moved: set[str], take: str, anyway: set[str
             continue
         if recomputed and any(c in recomputed for c, _, _ in uses):
             ports = {p for c, _, p in uses
-                     if p != CONTROL_PORT and ((c not in moved and c != take) or c in recomputed)}
+                     if p != CONTROL_PORT and ((c not in moved and c not in takes) or c in recomputed)}
             if src in anyway_ports:
                 ports |= anyway_ports[src]
             cost = sum(sizes.carry(src, p) for p in ports)

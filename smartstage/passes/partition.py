@@ -14,6 +14,9 @@ cut_cost.py), and a stage whose moved part does no work worth a buffer stays as 
 The boundary tensors are named as the prefetch side sees them: a take output stands for the put input
 it carries. Order: the old components that still cross, in their old order, then the new ones in
 topological order of their producers; each tensor once.
+
+A boundary at a graph's own inputs (graph.stages.input_boundary: a TF2 step's placeholders) is swept the
+same way, its input nodes in the take's role, each standing for its own outputs (passes.partition_inputs).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Mapping
 from smartstage.graph.names import CONTROL_PORT, Fanout, input_source, new_tuple, parse_input
 from smartstage.graph.view import GraphView
 from smartstage.graph.op_types import is_stateful_op
-from smartstage.graph.stages import StageBoundary
+from smartstage.graph.stages import INPUTS, StageBoundary
 from smartstage.graph.op_types import RANDOM_OPS
 from smartstage.passes.cut_cost import plan_cut
 from smartstage.passes.pins import Pin, PinRules
@@ -62,11 +65,16 @@ class _StageState:
     def __init__(self, stage: StageBoundary, view: GraphView):
         self.stage = stage
         self.take = stage.take
+        self.takes = frozenset(stage.take_nodes)  # the take, or the input nodes of an input boundary
         self.own = set(stage.ops)
         self.put_inputs = stage.put_data_inputs(view)
         self.verdict: dict[str, Pin | None] = {}  # candidates in topological order: None = moves
         self.pulled: set[str] = set()
         self.reads_take: set[str] = set()
+
+    def carried(self, src: str, port: int) -> str:
+        """The tensor output `port` of the take node `src` stands for: the put's input, or itself."""
+        return str(self.put_inputs[port]) if src == self.take else f"{src}:{port}"
 
 
 def partition_stages(
@@ -135,7 +143,7 @@ def _sweep(view: GraphView, stages: list[StageBoundary], rules: PinRules, order:
            seeds: list[list[str]]) -> tuple[list[_StageState], set[str], dict[str, list[tuple[str, int, str]]]]:
     states = [_StageState(s, view) for s in stages]
     # candidate (or take) -> its stage state; a tuple when a node is downstream of several stages
-    member: dict[str, _StageState | tuple] = {st.take: st for st in states}
+    member: dict[str, _StageState | tuple] = {take: st for st in states for take in st.takes}
     claimed: set[str] = set()  # sources pulled behind one stage are unavailable to the others
     for st, seed in zip(states, seeds):
         for name in seed:
@@ -182,7 +190,7 @@ def _decide(view: GraphView, rules: PinRules, st: _StageState, name: str, source
     verdict = st.verdict
     pin = None
     for src in sources:
-        if src == st.take:
+        if src in st.takes:
             st.reads_take.add(name)
             continue
         if pin is not None:
@@ -254,7 +262,7 @@ def _finish(view: GraphView, st: _StageState, consumed: set[str], kept_ports: li
                            f"nothing consumes {name!r}: it is fetched directly, and on the prefetch side it "
                            "would be computed from another batch than the one trained on")
     # What is cheaper to recompute on the main side than to carry stays there (cut_cost.py).
-    plan = plan_cut(view, moved, take, fixed=st.pulled,
+    plan = plan_cut(view, moved, take or stage.take_nodes, fixed=st.pulled,  # an input boundary has no take
                     crossing_anyway=[f"{take}:{port}" for port in kept_ports], fanouts=readers)
     for name, reason in plan.recomputed.items():
         del moved[name]
@@ -268,7 +276,7 @@ def _finish(view: GraphView, st: _StageState, consumed: set[str], kept_ports: li
     for name in moved:
         if name in st.reads_take:
             take_readers[name] = None
-    raw_of, crosses = view.raw_input_table(), moved.keys() | {take}
+    raw_of, crosses = view.raw_input_table(), moved.keys() | st.takes
     for name in pinned:
         for s in raw_of[name]:
             if s in crosses or input_source(s) in crosses:
@@ -276,14 +284,14 @@ def _finish(view: GraphView, st: _StageState, consumed: set[str], kept_ports: li
         else:
             continue  # most pinned nodes (the model, its gradients) read nothing of the stage
         for src, port in view.inputs(name):
-            if src != take and src not in moved:
+            if src not in st.takes and src not in moved:
                 continue
             main_readers[name] = None
             if port == CONTROL_PORT:
-                if src != take:
+                if src not in st.takes:
                     reroutes[(src, name)] = None
                 continue
-            key = str(st.put_inputs[port]) if src == take else f"{src}:{port}"
+            key = st.carried(src, port) if src in st.takes else f"{src}:{port}"
             if key not in crossing:
                 crossing[key] = (0, old_rank[key]) if key in old_rank else (1, view.position(src), port)
     for port in kept_ports:  # fetched from the take itself: the batch trained on must carry it
@@ -307,8 +315,10 @@ def _finish(view: GraphView, st: _StageState, consumed: set[str], kept_ports: li
         skipped = f"{plan.reason}; the stage stays as it was"
     elif not moved:
         first = next(iter(pinned.items()), None)
-        skipped = ("nothing to move: the take has no consumers" if first is None else
-                   f"nothing to move: every consumer of the take stays on the main side (e.g. {first[0]!r}: "
+        take_role = "the inputs" if stage.kind == INPUTS else "the take"
+        skipped = (f"nothing to move: {take_role} {'have' if stage.kind == INPUTS else 'has'} no consumers"
+                   if first is None else
+                   f"nothing to move: every consumer of {take_role} stays on the main side (e.g. {first[0]!r}: "
                    f"{first[1].describe()})")
     elif not after:
         skipped = ("the new cut would carry no tensor (the main side uses this stage only through control edges); "
@@ -331,18 +341,22 @@ class Partition:
         from smartstage.passes.manager import PassResult
 
         view = ctx.view_of(graph_def)
-        _check_targets(view, ctx.targets | ctx.feeds)
+        check_targets(view, ctx.targets | ctx.feeds)
         ctx.partitions = partition_stages(view, ctx.stages, ctx.targets, ctx.feeds,
                                           ctx.target_ports)
-        summary = []
-        for p in ctx.partitions:
-            verdict = p.skipped or (f"{len(p.moved)} node(s) can move; boundary {len(p.boundary_before)} -> "
-                                    f"{len(p.boundary_after)} tensor(s)")
-            summary.append(f"{p.stage.name}: {verdict}; {len(p.pinned)} pinned")
-        return PassResult(graph_def, changed=False, summary=tuple(summary), details=ctx.partitions)
+        return PassResult(graph_def, changed=False, summary=tuple(partition_line(p) for p in ctx.partitions),
+                          details=ctx.partitions)
 
 
-def _check_targets(view: GraphView, names: set[str]) -> None:
+def partition_line(p: StagePartition) -> str:
+    """One line of a partition pass's report: the verdict, the boundary's size before and after, the pins."""
+    verdict = p.skipped or (f"{len(p.moved)} node(s) can move; boundary {len(p.boundary_before)} -> "
+                            f"{len(p.boundary_after)} tensor(s)")
+    return f"{p.stage.name}: {verdict}; {len(p.pinned)} pinned"
+
+
+def check_targets(view: GraphView, names: set[str]) -> None:
+    """TargetError naming the first of `names` that is no node of the graph."""
     from smartstage.errors import TargetError
 
     missing = sorted(n for n in names if n not in view)

@@ -47,3 +47,30 @@ def two_feature_graph():
         N("concat", "ConcatV2", ["stage/take:1", "xxx", "concat/axis"], T=tf.string, N=2, Tidx=tf.int32),
         N("as_string", "Identity", ["concat"], T=tf.string),
     )
+
+
+def staged_at_inputs(graph_def, inputs, name="stage"):
+    """`graph_def` with a FIFO stage at `inputs`, the v1 way of naming a graph's inputs: the put carries the input
+    nodes' outputs 0 and the take stands for them in every reader. What passes.partition_inputs gives must be
+    what the partition of this stage gives (the reference of tests/passes/test_partition_inputs.py and
+    tests/tf2/test_analysis_inputs.py)."""
+    from smartstage.graph.names import input_source, parse_tensor_name
+
+    port = {node: k for k, node in enumerate(inputs)}
+    dtypes = [tf.as_dtype(next(n for n in graph_def.node if n.name == node).attr["dtype"].type) for node in inputs]
+    out = type(graph_def)()
+    out.CopyFrom(graph_def)  # the function library and versions too
+    for node in out.node:
+        new = []
+        for s in node.input:
+            src = input_source(s)
+            if src not in port:
+                new.append(s)
+            elif s.startswith("^"):
+                new.append(f"^{name}/take")
+            else:
+                new.append(f"{name}/take:{port[src]}" if parse_tensor_name(s).port == 0 else s)
+        del node.input[:]
+        node.input.extend(new)
+    out.node.extend(fifo_stage(list(inputs), name, dtypes))
+    return out
