@@ -24,18 +24,18 @@ def _placeholder(name, dtype=tf.string, shape=None):
 
 
 def two_inputs():
-    #   words -> hash -------------> lookup(w) -> loss
-    #   tags  -> concat(const) -> as_string                 (nothing consumes as_string: fetched directly)
+    #   words -> hash ----------------------> lookup(w) -> loss
+    #   tags  -> lower -> joined(suffix) -> shown             (nothing consumes shown: fetched directly)
     return G(
         _placeholder("words"), _placeholder("tags"),
         N("hash", "StringToHashBucketFast", ["words"], num_buckets=10),
+        N("lower", "StringLower", ["tags"]),
+        N("suffix", "Const", dtype=tf.string, value=[b"!"]),
+        N("joined", "StringJoin", ["lower", "suffix"], N=2),
+        N("shown", "Identity", ["joined"], T=tf.string),
         *variable("w"),
         *gather("lookup", "w/read", "hash"),
         N("loss", "Sum", ["lookup", "lookup/axis"], T=tf.float32, Tidx=tf.int32),
-        N("xxx", "Const", dtype=tf.string, value=[b"xxx"]),
-        N("concat/axis", "Const", dtype=tf.int32, value=0),
-        N("concat", "ConcatV2", ["tags", "xxx", "concat/axis"], T=tf.string, N=2, Tidx=tf.int32),
-        N("as_string", "Identity", ["concat"], T=tf.string),
     )
 
 
@@ -106,13 +106,13 @@ CASES = {
 def test_two_inputs_move_their_preprocessing_and_pin_the_lookup():
     p = partition_inputs(two_inputs(), ["words", "tags"], [])
     assert p.stage.kind == INPUTS and p.stage.take_nodes == ("words", "tags") and not p.stage.put
-    assert p.moved == ("hash", "concat")
+    assert p.moved == ("hash", "lower", "joined")
     assert p.pinned["lookup"].kind == "variable" and p.pinned["lookup"].cause == "w"
     assert p.pinned["loss"].via == "lookup"
-    assert p.pinned["as_string"].kind == "fetched_directly"
+    assert p.pinned["shown"].kind == "fetched_directly"
     assert p.boundary_before == ("words:0", "tags:0") == p.take_ports
-    assert p.boundary_after == ("hash:0", "concat:0")
-    assert p.take_readers == ("hash", "concat") and p.main_readers == ("lookup", "as_string")
+    assert p.boundary_after == ("hash:0", "joined:0")
+    assert p.take_readers == ("hash", "lower") and p.main_readers == ("lookup", "shown")
     assert p.changes_graph
 
 
