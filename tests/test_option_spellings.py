@@ -97,6 +97,71 @@ def test_the_options_take_the_old_service_spelling_everywhere_they_take_options(
     assert options.tf_data_service == ADDRESS
 
 
+def test_the_threads_per_input_task_take_their_old_spelling_everywhere_they_take_options():
+    # input_num_threads_per_task: num_threads, as staged() and DeepRec spell a thread count
+    new = _silently(lambda: ss.SmartStageOptions(input_job="input", input_num_threads_per_task=3))
+    assert _warns_once(lambda: ss.SmartStageOptions(input_job="input", input_lanes_per_task=3),
+                       "input_lanes_per_task=", "input_num_threads_per_task=") == new
+    assert _warns_once(lambda: new.input_lanes_per_task, "input_lanes_per_task", "input_num_threads_per_task") == 3
+    with pytest.raises(ss.ConfigError, match=r"input_lanes_per_task= and input_num_threads_per_task= are one option "
+                                             r"given twice; pass input_num_threads_per_task= only"):
+        ss.SmartStageOptions(input_lanes_per_task=3, input_num_threads_per_task=3)
+    from_config = ss.options_from_config(None, input_job="input", input_tasks=2, input_num_threads_per_task=3)
+    assert _warns_once(lambda: ss.options_from_config(None, input_job="input", input_tasks=2, input_lanes_per_task=3),
+                       "input_lanes_per_task=", "input_num_threads_per_task=") == from_config
+    # the custom_optimizers entry: the new key, and the old one written by hand
+    for key, warns in (("input_num_threads_per_task", False), ("input_lanes_per_task", True)):
+        config = ss.enable_smart_stage(input_job="input", input_tasks=2)
+        config.graph_options.rewrite_options.custom_optimizers[0].parameter_map[key].i = 3
+        read = (lambda: ss.options_from_config(config))
+        options = _warns_once(read, f"{key}=", "input_num_threads_per_task=") if warns else _silently(read)
+        assert (options.input_job, options.input_tasks, options.input_num_threads_per_task) == ("input", 2, 3)
+
+
+def test_optimize_takes_the_old_threads_per_task_spelling_as_an_override():
+    with pytest.raises(ss.ConfigError, match=r"input_num_threads_per_task and input_timeout_millis must be positive"), \
+            pytest.warns(FutureWarning, match="use input_num_threads_per_task="):
+        ss.optimize(tf.compat.v1.GraphDef(), ss.enable_smart_stage(input_job="input", input_tasks=2),
+                    input_lanes_per_task=0)
+
+
+def _pipeline_report(**fields):
+    from smartstage.runtime.hooks.pipeline_hook import PipelineReport
+
+    base = dict(stage="stage", step=10, steps=10, steps_per_second=40.0, step_ms=25.0, consumer_wait_ms=3.0,
+                occupancy=None, last_occupancy=None, capacity=4, producer_ms=0.0, producer_wait_ms=0.0,
+                batches_per_second=40.0, ordered=True, own_pool=False, autotuned=(), max_buffered_bytes=0,
+                verdict="balanced", line="")
+    return PipelineReport(**base, **fields)
+
+
+def test_the_pipeline_report_names_its_thread_count_num_threads():
+    report = _silently(lambda: _pipeline_report(num_threads=2))
+    assert report.num_threads == 2
+    assert _warns_once(lambda: report.lanes, "lanes", "num_threads") == 2
+    assert _warns_once(lambda: _pipeline_report(lanes=2), "lanes=", "num_threads=") == report
+    with pytest.raises(ss.ConfigError, match=r"PipelineReport\(\): lanes= and num_threads= are one option given twice"):
+        _pipeline_report(lanes=2, num_threads=2)
+
+
+def test_the_placement_names_its_threads_per_task_num_threads_per_task():
+    from smartstage.inspection.placement import StagePlacement
+
+    fields = dict(stage="stage", mode="central", job="input", trainer="", timeout_millis=60000, tasks=(),
+                  head=(), stage_ops=(), to_tasks=(), from_tasks=())
+    placement = _silently(lambda: StagePlacement(num_threads_per_task=2, **fields))
+    assert _warns_once(lambda: placement.lanes_per_task, "lanes_per_task", "num_threads_per_task") == 2
+    assert _warns_once(lambda: StagePlacement(lanes_per_task=2, **fields), "lanes_per_task=",
+                       "num_threads_per_task=") == placement
+    with pytest.raises(ss.ConfigError, match=r"lanes_per_task= and num_threads_per_task= are one option given twice"):
+        StagePlacement(lanes_per_task=2, num_threads_per_task=2, **fields)
+    # the JSON form writes both keys (schema version 1 keeps its first one) and reads either
+    document = placement.to_dict()
+    assert document["num_threads_per_task"] == document["lanes_per_task"] == 2
+    del document["num_threads_per_task"]
+    assert _silently(lambda: StagePlacement.from_dict(document)) == placement
+
+
 def test_optimize_takes_the_old_service_spelling_as_an_override():
     # a graph with a stage: the override reaches the options (their check refuses a bad address either way)
     with pytest.raises(ss.ConfigError, match=r"tf_data_service='http://x/y' is not a dispatcher address"), \

@@ -11,7 +11,7 @@ current spellings, never renamed here: a DeepRec script ports by changing one im
 
 from __future__ import annotations
 
-import inspect
+import functools
 import warnings
 from typing import Any, Callable, Mapping
 
@@ -89,11 +89,10 @@ def renamed_fields(renames: Mapping[str, str]) -> Callable[[type], type]:
     def decorate(cls: type) -> type:
         generated = cls.__init__
 
+        @functools.wraps(generated)  # the signature, docstring and annotations' module stay the dataclass's
         def __init__(self, *args, **keywords) -> None:
             generated(self, *args, **renamed_keywords(f"{cls.__name__}()", keywords, renames))
 
-        __init__.__signature__ = inspect.signature(generated)
-        __init__.__doc__ = generated.__doc__
         cls.__init__ = __init__
         for old, new in renames.items():
             setattr(cls, old, _renamed_attribute(cls.__name__, old, new))

@@ -169,3 +169,26 @@ def test_the_old_spelling_tfdata_service_warns_and_means_the_same():
         tf2.split(make_step(), raw_batches(), tfdata_service="grpc://a:1", tf_data_service="grpc://a:1")
     with pytest.raises(ConfigError, match=r"split\(\) takes no argument 'tfdata_servce'"):
         tf2.split(make_step(), raw_batches(), tfdata_servce="grpc://a:1")
+
+
+def test_the_old_spelling_num_parallel_calls_warns_and_means_the_same(monkeypatch):
+    """split(num_threads=) is the map's thread count, as staged()'s; num_parallel_calls= is its old spelling."""
+    import importlib
+    import warnings
+
+    from smartstage import tf2
+
+    split_module = importlib.import_module("smartstage.tf2.split")  # the module: tf2.split is the function
+
+    given, mapped = [], split_module.mapped_dataset
+    monkeypatch.setattr(split_module, "mapped_dataset",
+                        lambda *args, **keywords: given.append(keywords["num_threads"]) or mapped(*args, **keywords))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tf2.split(make_step(), raw_batches(), num_threads=2)
+    assert not [w for w in caught if issubclass(w.category, FutureWarning)]
+    with pytest.warns(FutureWarning, match=r"split\(\): num_parallel_calls= is deprecated .* use num_threads="):
+        tf2.split(make_step(), raw_batches(), num_parallel_calls=2)
+    assert given == [2, 2]
+    with pytest.raises(ConfigError, match=r"num_parallel_calls= and num_threads= are one option given twice"):
+        tf2.split(make_step(), raw_batches(), num_parallel_calls=2, num_threads=3)
