@@ -28,22 +28,19 @@ REMOTE_LANES_SCOPE = "remote_lanes"
 LANE_SCOPES = (LANES_SCOPE, REMOTE_LANES_SCOPE)
 HEAD_TARGETS = "head_targets"         # <scope>/head_targets: the put's control inputs the head runs
 PUT_OCCUPANCY = "put_occupancy"       # <scope>/put_occupancy: the buffer's size right after the put
-BATCH_BYTES = "batch_bytes"           # <scope>/batch_bytes, <scope>/lane_<i>/batch_bytes: a batch's bytes
+BATCH_BYTES = "batch_bytes"           # <scope>/batch_bytes: a batch's bytes
 
 # A stage folded into its iterator's dataset (passes/fold_dataset.py): `<stage>/dataset_fold/IteratorGetNext` is
 # the read the step takes its batch from (`dataset_fold_<k>/` for the k-th dataset of the same iterator).
 DATASET_FOLD_SCOPE = "dataset_fold"
 FOLDED_READ = "IteratorGetNext"
 
-# The ops inside `lane_<i>/` (runtime/lanes/lanes.py builds them; the hand-off ones: runtime/lanes/handoff.py).
+# The ops inside `lane_<i>/` (runtime/lanes/lanes.py builds them).
 LANE_ENQUEUE = "enqueue"              # the body's run fills the lane's queue
 LANE_MOVE = "move"                    # the merger's dequeue -> enqueue into the stage buffer
 LANE_OCCUPANCY = "occupancy"          # the buffer's size right after the move
 LANE_SIZE = "size"                    # the lane queue's size
 LANE_DISCARD = "discard"              # drops one batch (re-initialisation)
-LANE_HAND_IN = "hand_in"              # the head's enqueue into the lane's input queue
-LANE_INPUT_SIZE = "input_size"
-LANE_INPUT_DISCARD = "input_discard"
 
 
 def input_tasks_marker(stage: str) -> str:
@@ -116,26 +113,9 @@ class LaneNames:
     def discard(self) -> str:
         return self._op(LANE_DISCARD)
 
-    @property
-    def hand_in(self) -> str:
-        return self._op(LANE_HAND_IN)
-
-    @property
-    def input_size(self) -> str:
-        return self._op(LANE_INPUT_SIZE) + ":0"
-
-    @property
-    def input_discard(self) -> str:
-        return self._op(LANE_INPUT_DISCARD)
-
-    @property
-    def batch_bytes(self) -> str:
-        return self._op(BATCH_BYTES) + ":0"
-
 
 __all__ = ["ATTR_CUT", "ATTR_MODE", "ATTR_TASKS", "ATTR_THREADS_PER_TASK", "ATTR_TIMEOUT", "BATCH_BYTES",
            "DATASET_FOLD_SCOPE", "FOLDED_READ", "HEAD_TARGETS", "folded_stage_of",
-           "INPUT_TASKS_MARKER", "INPUT_TASK_SCOPE", "LANE_DISCARD", "LANE_ENQUEUE", "LANE_HAND_IN",
-           "LANE_INPUT_DISCARD", "LANE_INPUT_SIZE", "LANE_MOVE", "LANE_OCCUPANCY", "LANE_SCOPES", "LANE_SIZE",
-           "LANES_SCOPE", "LaneNames", "PUT_OCCUPANCY", "REMOTE_LANES_SCOPE", "input_task_scope",
-           "input_tasks_marker", "lane_scope"]
+           "INPUT_TASKS_MARKER", "INPUT_TASK_SCOPE", "LANE_DISCARD", "LANE_ENQUEUE", "LANE_MOVE",
+           "LANE_OCCUPANCY", "LANE_SCOPES", "LANE_SIZE", "LANES_SCOPE", "LaneNames", "PUT_OCCUPANCY",
+           "REMOTE_LANES_SCOPE", "input_task_scope", "input_tasks_marker", "lane_scope"]

@@ -26,8 +26,8 @@ Rooms, in the order they run (each imports only the rooms above it in this list;
     door.py     the one way into lanes/: lanes_stages(graph) (the stages left unfolded; imports nothing), then
                 prepare_lanes, start_prefetch_threads, with_prefetch_pool, which import the room on first call
     lanes/      everything that exists only for a stage on lanes, imported only through door.py
-        split.py, lanes.py, handoff.py, remote.py, batch_bytes.py
-                        session start: the serial head, the ordered lanes, their shared hand-off, input tasks
+        split.py, lanes.py, remote.py, batch_bytes.py
+                        session start: the serial head, the ordered lanes (fed the head's values), input tasks
         saved_inputs.py warn_saved_iterators: a lanes stage reading a checkpointed iterator, warned once
         tuning/         while training, pure decisions: meter.py, autotune.py (Tuner), pools.py (prefetch pool)
         producers/      while training, the threads that fill a stage's buffer: ordered, sharded, unordered

@@ -1,6 +1,5 @@
-"""Measures what two pieces of the lanes buy on the inputs that stay on lanes: the prefetch pool and its trial
-(use_stage_subgraph_thread_pool=AUTOTUNE), and the shared hand-off (one body copy fed inside TensorFlow,
-runtime/lanes/handoff.py) against lanes that fetch the head's values and feed them.
+"""Measures what the prefetch pool and its trial (use_stage_subgraph_thread_pool=AUTOTUNE) buy on the inputs
+that stay on lanes, against no pool and against always the pool.
 
 Not a test (pytest does not collect it). Run from the repository root:
 
@@ -29,11 +28,10 @@ import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BATCH, WIDTH = 256, 256
-CONFIGS = {
-    "trial": dict(pool="autotune", handoff=True),    # the defaults: the tuner tries the prefetch pool
-    "shared": dict(pool="shared", handoff=True),     # use_stage_subgraph_thread_pool=False: no pool, no trial
-    "own": dict(pool="own", handoff=True),           # always the prefetch pool (pool 1 of the session)
-    "feed": dict(pool="shared", handoff=False),      # lanes fetch the head's values and feed them
+CONFIGS = {  # staged()'s pool arguments
+    "trial": dict(),                                        # the defaults: the tuner tries the prefetch pool
+    "shared": dict(use_stage_subgraph_thread_pool=False),   # no pool, no trial
+    "own": dict(use_stage_subgraph_thread_pool=True, stage_subgraph_thread_pool_id=1),  # always the pool
 }
 
 
@@ -43,13 +41,8 @@ def _one(kind: str, config: str, steps: int, settle_seconds: float) -> dict:
     import tensorflow as tf
 
     import smartstage as ss
-    from smartstage.runtime.lanes import lanes as lanes_module
 
-    setting = CONFIGS[config]
-    if not setting["handoff"]:
-        lanes_module.copy_refusal = lambda body: "measured: lanes feed the head's values"
-    pool = {"autotune": dict(), "shared": dict(use_stage_subgraph_thread_pool=False),
-            "own": dict(use_stage_subgraph_thread_pool=True, stage_subgraph_thread_pool_id=1)}[setting["pool"]]
+    pool = CONFIGS[config]
     graph = tf.Graph()
     with graph.as_default():
         if kind == "random":

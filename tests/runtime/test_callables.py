@@ -46,35 +46,37 @@ def test_a_session_that_cannot_make_callables_runs_through_run(graph):
 
 
 def test_a_lane_is_warmed_when_it_first_becomes_active_and_not_before(graph):
-    """AUTOTUNE builds 4 lanes and starts on one. Shared lanes (runtime/lanes/lanes.py: one body copy, each
-    run fed its ticket) carry that one lane's batches too, through run() (its executors serve every pool, so
-    the pool trial builds nothing again): the first batch builds the head, body and move, and the put is never
-    run (its executors would hold the same head and body a second time). When 3 lanes may run, lanes 1 and 2
-    find the three built: three in all, whatever the lanes, and lane 3 never runs. Every batch in order."""
+    """AUTOTUNE builds 4 lanes and starts on one: worker 0 runs the put (through run(): its executors serve
+    every pool) and no lane builds anything. When 3 lanes may run, lanes 1 and 2 make their move's callable
+    before their first ticket, then worker 0 its own; the head's run (one fetch list for every lane) and each
+    lane's fed body run are built on their first batch, through run(). Every fetch list is built once, lane 3
+    never builds or runs, and every batch arrives in order."""
     y = ss.staged(tf.identity(range_input(10**6) * 3, name="body"))
     with tf.compat.v1.Session(graph=graph) as sess, ss.start_prefetch_threads(sess) as threads:
         assert [int(sess.run(y)) for _ in range(10)] == [3 * i for i in range(10)]
         producer = threads._stages[0].producer  # noqa: SLF001
+        lanes = producer.lanes
+        put = tuple(f.name for f in producer._direct_fetches())  # noqa: SLF001
+        head = tuple(t.name for t in lanes.split.cut)
+        bodies = [tuple(f.name for f in producer._body_fetches(i)) for i in range(4)]  # noqa: SLF001
 
-        def made() -> list:  # the first name of each fetch list built (the body fetches the batch's bytes too)
-            assert not producer.runs._callables  # noqa: SLF001  shared lanes make no callable
-            return [names[0] for names in list(producer.runs._run_signatures)]  # noqa: SLF001
+        def made() -> tuple[set, set]:  # (callables' fetch lists, run()'s fetch lists)
+            return ({names for names, _ in list(producer.runs._callables)},  # noqa: SLF001
+                    set(producer.runs._run_signatures))  # noqa: SLF001
 
-        lane = producer.lanes.lanes[0]
-        lane_runs = {lane.hand_in.name, lane.enqueue.name, lane.occupancy.name}
-        assert producer.shared and producer.num_threads == 1
-        assert sorted(made()) == sorted(lane_runs) and producer.runs.builds == 3  # no put, through run() or not
-        assert producer._ready[0] and not any(producer._ready[1:])  # noqa: SLF001
+        assert producer.num_threads == 1 and made() == (set(), {put}) and producer.runs.builds == 1
+        assert not any(producer._ready)  # noqa: SLF001
         producer.tuner.tune_num_threads = producer.tuner.tune_capacity = producer.tuner.tune_pool = False  # only us
         producer.apply(3, producer.tuner.capacity)
         got = [int(sess.run(y)) for _ in range(300)]
         assert got == [3 * i for i in range(10, 310)]
-        wait_until(lambda: all(producer._ready[:3]), "lanes 1 and 2 warmed")  # noqa: SLF001
-        assert sorted(made()) == sorted(lane_runs)   # one build per run, shared by the lanes
-        assert not producer._ready[3] and producer.lane_batches[3] == 0  # noqa: SLF001
+        wait_until(lambda: all(producer._ready[:3]), "lanes 0 to 2 warmed")  # noqa: SLF001
         got = [int(sess.run(y)) for _ in range(100)]
         assert got == [3 * i for i in range(310, 410)]
         assert all(producer.lane_batches[i] > 0 for i in (1, 2))   # the lanes ran once ready
-        assert producer.runs.builds == 3   # the three runs' executors; no put
-        assert threads.executor_builds()[0].builds == 3
-    assert len(producer.lanes.lanes) == 4 and len({id(lane) for lane in producer.lanes.lanes}) == 1
+        callables, runs = made()
+        assert callables == {(lanes.lanes[i].occupancy.name,) for i in range(3)}
+        assert {put, head, bodies[1], bodies[2]} <= runs <= {put, head, *bodies[:3]}
+        assert producer.runs.builds == len(callables) + len(runs) == threads.executor_builds()[0].builds
+        assert not producer._ready[3] and producer.lane_batches[3] == 0  # noqa: SLF001
+    assert len(lanes.lanes) == 4

@@ -2,12 +2,11 @@
 (the graph gains no op), the rewrite, and it builds at most the executors its producer needs, flag on as off.
 
 Executors belong to a TensorFlow session, so every session builds its producer's again (runtime/lanes/producers/
-callables.py). With shared lanes (one body copy, every run fed its ticket) that is three fetch lists whatever
-the lanes: the head's hand-in, the body and the merger's move; the put is never run, since its executor would
-hold the same head and body a second time (with the flag on, the moved work: on the Wide&Deep look-alike
-1.1 s of CPU per session). What a session builds is exactly that list, each once, and nothing else (no put,
-no second fetch list per lane, no byte-measuring run of its own), counted by the producer's own
-ProducerRuns.builds; the values are the flag-off run's, step by step.
+callables.py). With k lanes that is the head's run (one fetch list for every lane), each lane's fed body run
+and each lane's move, plus the one-lane put that worker 0 runs while the lanes build theirs. What a session
+builds is exactly that list, each once, and nothing else (no second fetch list per lane, no byte-measuring
+run of its own), counted by the producer's own ProducerRuns.builds; the values are the flag-off run's, step
+by step.
 """
 
 from __future__ import annotations
@@ -26,18 +25,17 @@ LANES = 4
 
 
 def _put(producer) -> tuple[str, ...]:
-    """The one-lane put's fetch list (through run()), which shared lanes never build."""
+    """The one-lane put's fetch list (through run())."""
     return (producer.lanes.put_occupancy.name, producer.lanes.batch_bytes.name)
 
 
 def _needed(producer) -> set[tuple[str, ...]]:
-    """Every fetch list the ordered producer of 4 shared lanes needs executors for (names, in order)."""
+    """Every fetch list the ordered producer of 4 lanes needs executors for besides the put (names, in order)."""
     lanes = producer.lanes
     targets = (lanes.head_targets.name,) if lanes.head_targets is not None else ()
-    needed = set()
+    needed = {(*(t.name for t in lanes.split.cut), *targets)}
     for index, lane in enumerate(lanes.lanes):
         needed.add((lane.occupancy.name,))
-        needed.add((lane.hand_in.name, *targets))
         needed.add(tuple(f.name for f in producer._body_fetches(index)))  # noqa: SLF001
     return needed
 
@@ -61,8 +59,7 @@ def _two_sessions(on: bool) -> dict:
         made = {names for names, *_ in producer.runs._callables} | producer.runs._run_signatures  # noqa: SLF001
         return {"losses": first + second, "ops_grown": len(graph.get_operations()) - ops,
                 "builds": (first_producer.runs.builds, producer.runs.builds), "made": made,
-                "needed": _needed(producer), "lanes": len(producer.lanes.lanes), "put": _put(producer),
-                "shared": (first_producer.shared, producer.shared)}
+                "needed": _needed(producer), "lanes": len(producer.lanes.lanes), "put": _put(producer)}
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +71,9 @@ def flag_off() -> dict:
 def test_a_second_session_builds_only_its_producers_executors_and_keeps_the_values(on, flag_off):
     got = _two_sessions(True) if on else flag_off
     assert got["ops_grown"] == 0   # the lanes (and the rewrite) of the first session are found, not rebuilt
-    assert got["lanes"] == LANES and got["shared"] == (True, True)
-    assert len(got["needed"]) == 3  # hand-in, body and move: one fetch list each for every lane
-    assert got["made"] == got["needed"], (got["made"], got["needed"])  # the put's is not among them
-    assert got["put"] not in got["made"]
-    assert got["builds"] == (3, 3)  # each built once per session, the first as the second
-    assert got["builds"][1] <= flag_off["builds"][1]  # flag on builds no more executors than flag off
+    assert got["lanes"] == LANES
+    assert len(got["needed"]) == 1 + 2 * LANES  # the head, and each lane's body and move
+    assert got["needed"] <= got["made"] <= got["needed"] | {got["put"]}, (got["made"], got["needed"])
+    assert got["builds"][1] == len(got["made"])  # each built once
+    assert len(got["needed"]) <= got["builds"][0] <= len(got["needed"]) + 1  # the first session as the second
     np.testing.assert_array_equal(got["losses"], flag_off["losses"])

@@ -8,24 +8,20 @@ runs: input ops (IteratorGetNext, queue dequeues, reader reads), random ops, any
 (a py_func, a variable read), with everything upstream of them and anything tied to them by a control
 edge. It runs once per batch, under one lock, so batch n is always the n-th result of the input. The
 *body* is the rest (stateless ops, read-only table lookups, Asserts): it runs on several lane threads
-at once. The head's run hands its values over inside TensorFlow (runtime/lanes/handoff.py): with shared
-lanes (build_shared_lane) it stages them under the batch's ticket, every lane runs the one copy of the
-ops that depend on the batch for its ticket into an output map, and one merger thread moves ticket 0, 1,
-2, ... from there into the stage's buffer (`move`: unstage -> enqueue, in the graph, no Python copy).
-Every run feeds its ticket, so k lanes share three executors and one body copy. Lanes that feed the
-head's values (a body that cannot be copied) and lanes on input tasks have one small FIFO queue each
-(`lane_<i>/enqueue`, `lane_<i>/move`).
+at once. The head's run fetches the values the body reads (the split's cut); the lane's body run feeds
+them to the original body ops and enqueues the batch into the lane's one-batch FIFO queue
+(`lane_<i>/enqueue`), and one merger thread moves ticket 0, 1, 2, ... from the lane queues into the
+stage's buffer (`lane_<i>/move`: dequeue -> enqueue, in the graph, no Python copy).
 
 Nothing of the user's graph is edited: the split is computed from the live tf.Graph when the prefetch
 threads start, and the lane ops are added next to the stage (under `<stage>/lanes`), built from the
 put's inputs as they are then (after any rewrite). A finalized graph without lanes gets none, and the
-stage runs one ordered thread. Lanes on input tasks (runtime/lanes/remote.py) still fetch and feed the head's
-values: their body copies are the optimizer's, placed per task.
+stage runs one ordered thread. Lanes on input tasks (runtime/lanes/remote.py) fetch and feed the head's
+values the same way; their bodies are the optimizer's copies, placed per task.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -38,13 +34,9 @@ from smartstage.graph.stage_names import (BATCH_BYTES, HEAD_TARGETS, LANE_DISCAR
                                           lane_scope)
 from smartstage.runtime.stage.settings import StageSettings
 from smartstage.runtime.lanes.batch_bytes import bytes_of_batch
-from smartstage.runtime.lanes.handoff import body_to_copy, build_keyed_hand_off, copy_refusal
 from smartstage.runtime.lanes.split import PrefetchSplit, split_prefetch_side
 
 logger = logging.getLogger(__name__)
-
-TICKET = "ticket"        # shared lanes' placeholder of the batch's ticket (lane_0/ticket)
-
 
 
 @dataclass(frozen=True)
@@ -56,12 +48,6 @@ class Lane:
     occupancy: tf.Tensor     # the stage buffer's size right after this lane's move
     size: tf.Tensor          # batches waiting in this lane's queue
     discard: tf.Operation    # dequeues one batch and drops it (re-initialisation)
-    # Shared lanes only (None: the head's values are fed to the lane's run, or it hands nothing over):
-    hand_in: tf.Operation | None = None        # the head's staging of a batch under its ticket (handoff.py) ...
-    input_size: tf.Tensor | None = None        # ... the batches waiting for the body ...
-    input_discard: tf.Operation | None = None  # ... and their drop (re-initialisation)
-    batch_bytes: tf.Tensor | None = None       # bytes of the batch the body copy computes
-    ticket: tf.Tensor | None = None            # every run of the lane feeds its batch's ticket here
 
 
 @dataclass(frozen=True)
@@ -77,24 +63,11 @@ class LaneGraph:
 
 
 def find_lane(graph: tf.Graph, scope: str, index: int) -> Lane:
-    """Lane `index` as built under `scope` (by build_lane, with its hand-off ops when it has them); KeyError
-    when it was not built."""
+    """Lane `index` as built under `scope` (by build_lane); KeyError when it was not built."""
     names = LaneNames.of(scope, index)
-    lane = Lane(graph.get_operation_by_name(names.enqueue), graph.get_operation_by_name(names.move),
+    return Lane(graph.get_operation_by_name(names.enqueue), graph.get_operation_by_name(names.move),
                 graph.get_tensor_by_name(names.occupancy), graph.get_tensor_by_name(names.size),
                 graph.get_operation_by_name(names.discard))
-    try:
-        lane = dataclasses.replace(
-            lane, hand_in=graph.get_operation_by_name(names.hand_in),
-            input_size=graph.get_tensor_by_name(names.input_size),
-            input_discard=graph.get_operation_by_name(names.input_discard),
-            batch_bytes=graph.get_tensor_by_name(names.batch_bytes))
-    except KeyError:
-        return lane
-    try:
-        return dataclasses.replace(lane, ticket=graph.get_tensor_by_name(f"{scope}/{lane_scope(index)}/{TICKET}:0"))
-    except KeyError:
-        return lane
 
 
 def found_lane_graph(graph: tf.Graph, scope: str, split: PrefetchSplit, lanes: list[Lane],
@@ -107,20 +80,12 @@ def found_lane_graph(graph: tf.Graph, scope: str, split: PrefetchSplit, lanes: l
 
 def _existing(graph: tf.Graph, scope: str, put: tf.Operation, count: int) -> LaneGraph | None:
     """Lanes built earlier for the same put inputs (a second session on this graph), if any."""
-    first = LaneNames.of(scope, 0)
     try:
-        marker = graph.get_operation_by_name(first.enqueue)
+        marker = graph.get_operation_by_name(LaneNames.of(scope, 0).enqueue)
     except KeyError:
         return None
     inputs = tuple(t.name for t in put.inputs[1:])
-    split = split_prefetch_side(put)
-    try:  # shared lanes (one body copy): built for the same head values (MapStage(key, indices, *values))
-        hand_in = graph.get_operation_by_name(first.hand_in)
-        built_for = tuple(t.name for t in hand_in.inputs[2:])
-        expected = tuple(t.name for t in split.cut)
-    except KeyError:
-        built_for, expected = tuple(t.name for t in marker.inputs[1:]), inputs
-    if built_for != expected:
+    if tuple(t.name for t in marker.inputs[1:]) != inputs:
         return None
     lanes = []
     for index in range(count):
@@ -128,9 +93,7 @@ def _existing(graph: tf.Graph, scope: str, put: tf.Operation, count: int) -> Lan
             lanes.append(find_lane(graph, scope, index))
         except KeyError:
             break
-    if lanes and lanes[0].ticket is not None:  # shared lanes: lane 0's ops are every lane's
-        lanes = [lanes[0]] * count
-    return found_lane_graph(graph, scope, split, lanes, inputs)
+    return found_lane_graph(graph, scope, split_prefetch_side(put), lanes, inputs)
 
 
 def build_lane(index: int, buffer: tf.Tensor, values: list[tf.Tensor], waits: list[tf.Operation],
@@ -157,39 +120,6 @@ def build_lane(index: int, buffer: tf.Tensor, values: list[tf.Tensor], waits: li
     return Lane(enqueue, move, occupancy, size, discard)
 
 
-def build_shared_lane(put: tf.Operation, split: PrefetchSplit, body: list[tf.Operation], buffer: tf.Tensor,
-                      waits: list[tf.Operation]) -> Lane:
-    """The ops every lane runs when the head hands its values over (under `lane_0/` of the current scope):
-    the head stages a batch's cut under its ticket, the one body copy computes the ticket's batch into an
-    output map, and the merger moves the ticket's batch into the stage's `buffer`. Every run feeds the
-    ticket, so k lanes run one fetch list each of hand-in, body and move: 3 executors per session instead
-    of 3k, and one body copy in the graph instead of k (each build copies the whole graph).
-
-        before:  lane_<i>/{input, hand_in, body/..., queue, enqueue, move} for i < k
-        after:   lane_0/{ticket, hand_in -> input map, body/..., enqueue -> output map, move}
-    """
-    with tf.compat.v1.name_scope(lane_scope(0)) as scope:
-        ticket = tf.compat.v1.placeholder(tf.int64, [], name=TICKET)
-        hand = build_keyed_hand_off(put, body, split.cut, waits, ticket, scope + "input")
-        with tf.compat.v1.name_scope("bytes"):
-            total = bytes_of_batch(hand.values)
-        batch_bytes = tf.identity(total, name=BATCH_BYTES)
-        dtypes = [t.dtype.base_dtype for t in hand.values]
-        indices = list(range(len(dtypes)))
-        output = scope + "output"
-        with tf.control_dependencies(hand.waits):
-            enqueue = gen_data_flow_ops.map_stage(ticket, indices, hand.values, dtypes=dtypes, shared_name=output,
-                                                  name=LANE_ENQUEUE)
-        taken = gen_data_flow_ops.map_unstage(ticket, indices, dtypes=dtypes, shared_name=output, name="dequeue")
-        move = gen_data_flow_ops.queue_enqueue_v2(buffer, list(taken), name=LANE_MOVE)
-        with tf.control_dependencies([move]):
-            occupancy = gen_data_flow_ops.queue_size_v2(buffer, name=LANE_OCCUPANCY)
-        size = gen_data_flow_ops.map_size(dtypes=dtypes, shared_name=output, name=LANE_SIZE)
-        discard = gen_data_flow_ops.map_clear(dtypes=dtypes, shared_name=output, name=LANE_DISCARD)
-    return Lane(enqueue, move, occupancy, size, discard, hand_in=hand.hand_in, input_size=hand.size,
-                input_discard=hand.discard, batch_bytes=batch_bytes, ticket=ticket)
-
-
 def lane_graph(graph: tf.Graph, stage_name: str, put: tf.Operation, buffer: tf.Tensor,
                count: int) -> tuple[LaneGraph | None, str]:
     """The lane ops of a stage (built now if the graph is not finalized); (None, why) when there are none.
@@ -211,16 +141,7 @@ def lane_graph(graph: tf.Graph, stage_name: str, put: tf.Operation, buffer: tf.T
         scope = graph.unique_name(base, mark_as_used=False)
         with tf.compat.v1.name_scope(scope + "/"), tf.device(put.device):
             waits = [c for c in put.control_inputs if c.name not in split.head_ops]
-            body = body_to_copy(put, split.head_ops, split.cut) if split.cut else None  # once for every lane
-            refusal = copy_refusal(body) if body else ""
-            if refusal:  # the lanes fetch the head's values and feed them: correct, only slower
-                logger.warning("stage %s: the lanes feed the head's values instead of copying the body (%s)",
-                               stage_name, refusal)
-                body = None
-            if body is not None:  # one body copy and one executor for every lane
-                lanes = [build_shared_lane(put, split, body, buffer, waits)] * count
-            else:  # the head's values are fed to each lane's run, or the head hands nothing over
-                lanes = [build_lane(index, buffer, components, waits) for index in range(count)]
+            lanes = [build_lane(index, buffer, components, waits) for index in range(count)]
             targets = tf.group(*split.head_targets, name=HEAD_TARGETS) if split.head_targets else None
             batch_bytes = tf.identity(bytes_of_batch(components), name=BATCH_BYTES)
             with tf.control_dependencies([put]):
@@ -236,9 +157,6 @@ def discard_leftovers(control_run, lanes) -> None:
     for lane in lanes:
         for _ in range(int(control_run(lane.size))):
             control_run(lane.discard)
-        if lane.input_size is not None:
-            for _ in range(int(control_run(lane.input_size))):
-                control_run(lane.input_discard)
 
 
 def autotune_max_threads() -> int:

@@ -22,7 +22,7 @@ class PrefetchSplit:
     """The head/body split of one stage's prefetch side (analysis only; nothing built).
 
     head_ops: names of the ops that run once per batch, in order (the head run).
-    cut: tensors the head computes and the body reads (handed to a lane in the graph, or fetched and fed).
+    cut: tensors the head computes and the body reads (the head's run fetches them, the lane's run feeds them).
     head_targets: head ops the put waits for through a control edge only (run, through a NoOp that
         waits for them, by the head).
     """

@@ -4,7 +4,7 @@
     after:   runs = ProducerRuns(sess, options); runs.prepare([lane_1/enqueue]); runs.run([lane_1/enqueue])
 
 `Session.run` builds the executors of a new fetch signature on its first call; for a lane whose body
-is a copy of hundreds of nodes that takes long enough to stall the merger on the lane's first ticket,
+is hundreds of nodes that takes long enough to stall the merger on the lane's first ticket,
 right inside the window in which the tuner judges the lane. A callable (`CallableOptions`: fetches,
 targets and the RunOptions) builds them when it is made, which a lane's thread does before it takes
 its first ticket, and then skips run()'s fetch/feed handling (tens of microseconds of CPU a run). A run
@@ -97,22 +97,17 @@ class ProducerRuns:
             self.build_cpu_seconds += time.thread_time() - started
             return self._callables.setdefault(key, (made, options))[0]
 
-    def run(self, fetches: list, options: config_pb2.RunOptions, feed: dict | None = None, rare: bool = False,
-            keyed: tuple | None = None) -> list:
+    def run(self, fetches: list, options: config_pb2.RunOptions, feed: dict | None = None,
+            rare: bool = False) -> list:
         """The values of `fetches` (None for an operation), as `sess.run(fetches, feed, options)` gives them.
 
-        keyed: (a shared lane's ticket placeholder, the ticket), fed to this run (runtime/lanes/lanes.py). A
-        shared lane's runs go through run(): they carry every batch, under the pool the tuner tries too, and
-        a callable is made per RunOptions, so the pool trial would build the lane's head, body and move a
-        second time (a stall of the whole session under its executor lock), while run() builds them once per
-        fetch list whatever the pool, at a little more CPU a run than a callable.
-
-        rare: a run made now and then (a batch's bytes, every 16th batch) goes through run() for the same
-        reason: a callable always builds new executors, per RunOptions."""
-        made = None if feed or rare or keyed is not None else self.prepare(fetches, options)
+        rare: the run goes through run(), not a callable: a callable is made per RunOptions, so under the pool
+        the tuner tries its executors would be built a second time (a stall of the whole session under its
+        executor lock), while run() builds them once per fetch list whatever the pool, at a little more CPU
+        a run. For runs made now and then (a batch's bytes, every 16th batch) and for runs whose fetch list
+        serves several pools (the one-lane put, the head)."""
+        made = None if feed or rare else self.prepare(fetches, options)
         if made is None:
-            if keyed is not None:
-                feed = {**(feed or {}), keyed[0]: keyed[1]}
             signature = tuple(f.name for f in fetches)
             with self._lock:  # run() builds its executors on a fetch list's first run
                 if signature not in self._run_signatures:

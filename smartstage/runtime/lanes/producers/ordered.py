@@ -3,12 +3,10 @@
     before:  k threads each run the put        -> batch order depends on who finishes first
     after:   ticket n: head (serial) -> body on a lane -> merger moves n after n-1   -> input order
 
-With one active lane and lanes of their own (or none) it runs the plain put once per batch (ticket order is
-then trivial). Shared lanes (one body copy, runtime/lanes/lanes.py) run every batch through the lane, one
-active lane included: the put would be a second executor of the same head and body per session. With
-k > 1 lanes every worker thread, in turn: takes the next ticket and runs the head under
-one lock, runs the body into its own lane queue, and records "ticket n is in lane i". The merger
-moves tickets 0, 1, 2, ... in order into the stage buffer. What each ticket's outcome means:
+With one active lane (or no lanes) it runs the plain put once per batch (ticket order is then trivial).
+With k > 1 lanes every worker thread, in turn: takes the next ticket and runs the head under one lock
+(fetching the values the body reads), runs the body fed those values into its own lane queue, and records
+"ticket n is in lane i". The merger moves tickets 0, 1, 2, ... in order into the stage buffer. What each ticket's outcome means:
 
 - moved / in a lane: the batch goes into the buffer in its turn;
 - an ignored-type error: the ticket is skipped (logged), the others go on;
@@ -35,8 +33,8 @@ POLL_SECONDS = 0.05        # how often a waiting worker looks at the stop flags
 
 
 class OrderedProducer:
-    """`max_threads` lane threads and a merger for one stage; `num_threads` of them produce at a time (1
-    without shared lanes: the plain put)."""
+    """`max_threads` lane threads and a merger for one stage; `num_threads` of them produce at a time (1:
+    the plain put)."""
 
     def __init__(self, host: ProducerHost, lanes: LaneGraph | None, runs: ProducerRuns | None = None):
         self.host = host
@@ -56,8 +54,6 @@ class OrderedProducer:
         self._occupancy = 0
         self._warming = 0                   # workers building their executors now (_warm)
         self._ready = [False] * self.max_threads  # workers whose lane has its executors (_warm "lane")
-        # shared lanes carry every batch, one lane included: the put is never run (_direct_fetches says why)
-        self.shared = lanes is not None and host.remote is None and lanes.lanes[0].ticket is not None
         self.num_threads = min(self.tuner.num_threads, self.max_threads)
         self.soft_capacity = self.tuner.capacity if self.tuner.tune_capacity else None
         self.threads: list[threading.Thread] = []
@@ -96,7 +92,7 @@ class OrderedProducer:
         """Ticket 0 in the caller's thread (a resettable stage: an uninitialised iterator or an input
         already at its end is known before any step takes). True: start the threads."""
         self._next_ticket = 1
-        outcome = self._run_lane_now(0) if self.shared else self._run_direct(0)
+        outcome = self._run_direct(0)
         if outcome[0] == "error":
             self.host.finish(outcome[1], deferred=False)
             return False
@@ -119,23 +115,18 @@ class OrderedProducer:
             return not (self.halted() or self._head_done)
 
     def _warm(self, index: int, parts: set[str]) -> None:
-        """Builds this worker's executors before it takes a ticket (runtime/lanes/producers/callables.py): the first batch
-        of a lane the tuner tries must not carry them, nor stall the merger. `parts`: "lane" (its lane's head,
-        body and move, needed once 2 or more lanes run, or from the first batch with shared lanes; the one-lane
-        put of lanes of their own goes through run()). Lanes of their
-        own are built when the lane first runs, not at start: lanes the tuner never tries cost none (on the
-        Wide&Deep port's ~2,000-op body, a lane's three took ~1 s of CPU from the first steps). Shared lanes
-        (runtime/lanes/lanes.py) share the three, and carry the first batch too: their runs go through run()
-        (ProducerRuns.run says why), whose first batch builds them for every lane and every pool; no put is
-        built.
+        """Builds this worker's executors before it takes a ticket (runtime/lanes/producers/callables.py): the
+        first batch of a lane the tuner tries must not carry them, nor stall the merger. `parts`: "lane" (its
+        lane's move, needed once 2 or more lanes run; the head and body runs are fed, so they go through run(),
+        which builds them on their first batch; the one-lane put goes through run() too). Lanes are built when
+        they first run, not at start: lanes the tuner never tries cost none (on the Wide&Deep port's ~2,000-op
+        body, a lane's runs took ~1 s of CPU from the first steps).
         The tuner judges no window in which executors were built, here or on a run's first use (a pool the
         tuner tries): the CPU that takes is not the setting's (_tune)."""
         lanes, options = self.lanes, self.host.run_options
         if lanes is None or self.host.feed_values:
             return
         lane = lanes.lanes[index]
-        if lane.ticket is not None:  # shared lanes run through run(): built on their first batch (callables.py)
-            return
         runs = []
         if "lane" in parts:  # (a one-lane put goes through run(): _direct_fetches says why)
             runs.append(([lane.occupancy], options))
@@ -151,9 +142,7 @@ class OrderedProducer:
                 self._warming -= 1
 
     def _direct_fetches(self) -> list:
-        """The one-lane put's fetches (lanes of their own, or none; shared lanes never run the put, whose
-        executor would be a second build of the whole moved work in every session): with lanes, the
-        occupancy and the batch's bytes, every run. A run that fetched the bytes only now and then would be
+        """The one-lane put's fetches: with lanes, the occupancy and the batch's bytes, every run. A run that fetched the bytes only now and then would be
         a second fetch list, and every fetch list's executors are built once, stalling the whole session
         while they are (callables.py). The put runs through run(), not a callable: run()'s executors serve
         every pool, while a callable is made per RunOptions, so the tuner's pool trial would build the put
@@ -165,8 +154,6 @@ class OrderedProducer:
     def _body_fetches(self, index: int) -> list:
         """A lane's body run; lane 0's always fetches the batch's bytes too (one fetch list, one build)."""
         lane = self.lanes.lanes[index]
-        if lane.ticket is not None:  # shared lanes: one fetch list (one executor) for every lane
-            return [lane.enqueue, lane.batch_bytes]
         if index != 0:
             return [lane.enqueue]
         return [lane.enqueue, self.lanes.batch_bytes]
@@ -177,11 +164,10 @@ class OrderedProducer:
 
     def _work(self, index: int) -> None:
         while self._wait_turn(index):
-            lanes_run = self.lanes is not None and (self.num_threads > 1 or self.host.remote is not None
-                                                    or self.shared)
+            lanes_run = self.lanes is not None and (self.num_threads > 1 or self.host.remote is not None)
             with self._cond:  # worker 0 warms its lane only once another lane can produce meanwhile (or no put)
                 warm = lanes_run and not self._ready[index] and (index > 0 or self._lanes_ready()
-                                                                 or self.host.remote is not None or self.shared)
+                                                                 or self.host.remote is not None)
             if warm:  # before taking a ticket: the other workers go on meanwhile
                 self._warm(index, {"lane"})
                 with self._cond:
@@ -189,14 +175,13 @@ class OrderedProducer:
                 continue
             with self._head_lock:
                 with self._cond:
-                    if self._head_done or index >= self.num_threads or (
-                            (index > 0 or self.shared) and not self._ready[index]):
+                    if self._head_done or index >= self.num_threads or (index > 0 and not self._ready[index]):
                         continue
                     ticket = self._next_ticket
                     self._next_ticket += 1
                     # a stage on input tasks always runs its lanes (the body's timeout, the task's name);
                     # one lane, or lanes still building their executors: worker 0 runs the put itself
-                    direct = self.lanes is None or (self.host.remote is None and not self.shared
+                    direct = self.lanes is None or (self.host.remote is None
                                                     and (self.num_threads == 1 or not self._ready[index]))
                 if direct:
                     self._direct(ticket)
@@ -252,37 +237,30 @@ class OrderedProducer:
             self._record(ticket, outcome)
 
     def _run_head(self, index: int, ticket: int):
+        """The head's run for `ticket`: the values the body reads (split.cut), fetched, and the head targets
+        run. Through run(), as the put: its executors serve every pool the tuner tries."""
         split = self.lanes.split
-        lane = self.lanes.lanes[index]
-        hand_in = lane.hand_in  # the values stay in TensorFlow (runtime/lanes/handoff.py)
         started = time.monotonic()
         try:
             feed = self.host.feed_dict()
             values = []
             targets = [self.lanes.head_targets] if self.lanes.head_targets is not None else []
-            if hand_in is not None:
-                self.runs.run([hand_in, *targets], self.host.run_options, feed, keyed=self._keyed(lane, ticket))
-            elif split.cut or targets:
-                values = self.sess.run([list(split.cut), targets], feed_dict=feed,
-                                       options=self.host.run_options)[0]
+            if split.cut or targets:
+                values = self.runs.run([*split.cut, *targets], self.host.run_options, feed,
+                                       rare=True)[:len(split.cut)]
         except Exception as error:  # noqa: BLE001
             self._record_error(ticket, error)
             return None
         return values, feed or {}, time.monotonic() - started
 
     def _run_body(self, index: int, ticket: int, values, feed: dict, head_seconds: float) -> None:
-        lane = self.lanes.lanes[index]
-        feed = dict(feed)
-        if lane.hand_in is None:
-            feed.update(zip(self.lanes.split.cut, values))
-        # lane 0 measures (a fed lane) or every shared-lane run: the body copy's bytes, in the same fetch list
-        # (the original's bytes would run the head again)
+        feed = {**feed, **dict(zip(self.lanes.split.cut, values))}
+        # lane 0 measures the batch's bytes, in the same fetch list (the original's bytes would run the head again)
         fetches = self._body_fetches(index)
-        measure_bytes = (index == 0 or lane.ticket is not None) and (ticket < 4 or ticket % 16 == 0)
+        measure_bytes = index == 0 and (ticket < 4 or ticket % 16 == 0)
         started = time.monotonic()
         try:
-            result = self.runs.run(fetches, self.host.body_run_options, feed or None,
-                                   keyed=self._keyed(lane, ticket))
+            result = self.runs.run(fetches, self.host.body_run_options, feed or None)
         except Exception as error:  # noqa: BLE001
             self._record_error(ticket, self.host.lane_error(error, index))
             return
@@ -293,34 +271,6 @@ class OrderedProducer:
         with self._cond:
             self._lane_last[index] = ticket
         self._record(ticket, ("lane", index))
-
-    def _run_lane_now(self, ticket: int) -> tuple:
-        """`ticket` through the shared lane in this thread: hand-in, body, move (a resettable stage's first
-        batch, ahead of the threads; the outcome as _run_direct gives it)."""
-        host, lanes = self.host, self.lanes
-        lane = lanes.lanes[0]
-        keyed = self._keyed(lane, ticket)
-        targets = [lanes.head_targets] if lanes.head_targets is not None else []
-        started = time.monotonic()
-        try:
-            feed = host.feed_dict()
-            self.runs.run([lane.hand_in, *targets], host.run_options, feed, keyed=keyed)
-            head_done = time.monotonic()
-            result = self.runs.run(self._body_fetches(0), host.body_run_options, feed, keyed=keyed)
-            body_done = time.monotonic()
-            with host.in_flight(0):
-                occupancy = self.runs.run([lane.occupancy], host.run_options, keyed=keyed)[0]
-        except Exception as error:  # noqa: BLE001  classified as the put's error would be
-            return self._classified(ticket, host.lane_error(error, 0))
-        self.meter.produced(head_done - started, body_done - head_done)
-        self.lane_batches[0] += 1
-        self._bytes_seen(result[1])
-        return ("moved", int(occupancy))
-
-    @staticmethod
-    def _keyed(lane, ticket: int) -> tuple | None:
-        """What a shared lane's run feeds: the batch's ticket (runtime/lanes/lanes.py); None for own lanes."""
-        return (lane.ticket, ticket) if lane.ticket is not None else None
 
     def _bytes_seen(self, value) -> None:
         self.meter.bytes_seen(value)
@@ -372,8 +322,7 @@ class OrderedProducer:
                 try:
                     with self.host.in_flight(self.max_threads):
                         lane = self.lanes.lanes[outcome[1]]
-                        occupancy = self.runs.run([lane.occupancy], self.host.run_options,
-                                                  keyed=self._keyed(lane, ticket))[0]
+                        occupancy = self.runs.run([lane.occupancy], self.host.run_options)[0]
                 except Exception as error:  # noqa: BLE001
                     if not self.halted():
                         self.host.finish(error, deferred=True)
