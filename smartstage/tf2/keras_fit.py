@@ -33,7 +33,7 @@ from smartstage.errors import NothingToMoveError, SplitError
 from smartstage.tf2.attributes import overridden
 from smartstage.tf2.keras_split import KerasSplit, compile_like, graph_model, split_model
 from smartstage.tf2.keras_step import (TEST_STEP, TRAIN_STEP, ModelStepSplit, is_compiled, keras_family, model_key,
-                                       replaced_steps, split_model_step, step_function)
+                                       replaced_steps, split_model_step, step_function, steps_per_execution)
 from smartstage.tf2.replicas import distributing, substituting
 from smartstage.tf2.trial import Verdict, time_eager_steps, time_split, time_steps
 from smartstage.tf2.user_state import check_state_on, model_state_variables, unchanged
@@ -209,8 +209,9 @@ def _timed(model, halves, dataset: tf.data.Dataset, measure: bool, tf_data_servi
     if not measure or tf_data_service is not None or _strategy(model) is not None:
         return
     if TRAIN_STEP not in halves.trials:
+        per_call = steps_per_execution(model)
         if isinstance(halves, ModelStepSplit):
-            halves.trials[TRAIN_STEP] = time_split(halves.split, dataset, in_function=True)
+            halves.trials[TRAIN_STEP] = time_split(halves.split, dataset, in_function=True, steps_per_call=per_call)
         elif model.run_eagerly:  # fit runs the steps as Python: timed as fit runs them
             if not model.optimizer.built:
                 model.optimizer.build(model.trainable_variables)
@@ -220,7 +221,8 @@ def _timed(model, halves, dataset: tf.data.Dataset, measure: bool, tf_data_servi
         else:
             own = step_function(model, TRAIN_STEP, autograph=False)
             trainer = step_function(halves.trainer, TRAIN_STEP, autograph=False)
-            halves.trials[TRAIN_STEP] = time_steps((trainer, halves.map(dataset)), (own, dataset), [model])
+            halves.trials[TRAIN_STEP] = time_steps((trainer, halves.map(dataset)), (own, dataset), [model],
+                                                   steps_per_call=per_call)
     _check_pays(model, halves.trials[TRAIN_STEP])
 
 

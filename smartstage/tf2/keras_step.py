@@ -70,6 +70,24 @@ def keras_family(model) -> str:
                      "or split a custom training step with ss.tf2.split(step, dataset)")
 
 
+def steps_per_execution(model) -> int:
+    """How many steps the model's fit runs per call of its train function (compile's steps_per_execution; 1
+    when unset). Keras 3 keeps it as an int attribute, tf_keras in a variable.
+
+        before:  model.compile("adam", "mse", steps_per_execution=4)
+        after:   steps_per_execution(model) == 4
+    """
+    value = getattr(model, "steps_per_execution", None)
+    if value is None:
+        value = getattr(model, "_steps_per_execution", None)
+    if hasattr(value, "numpy"):
+        value = value.numpy()
+    try:
+        return max(1, int(value))
+    except (TypeError, ValueError):  # not compiled yet, or a setting Keras resolves later ("auto")
+        return 1
+
+
 def is_compiled(model) -> bool:
     """Whether compile() ran with an optimizer, in either Keras.
 
@@ -258,4 +276,5 @@ def replaced_steps(model, splits: dict[str, ModelStepSplit]) -> Iterator[None]:
 
 
 __all__ = ["ModelStepSplit", "TEST_STEP", "TRAIN_STEP", "compile_identity", "is_compiled", "keras_family",
+           "steps_per_execution",
            "model_key", "replaced_steps", "split_model_step", "step_function"]

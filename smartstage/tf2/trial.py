@@ -8,7 +8,8 @@ A split pays when the input pipeline's spare cores absorb the moved work. When t
 parsing already keeps the cores busy, or the moved work is a few lookups against a map function call and its
 thread hand-offs per batch), the split program runs slower than the unsplit one, and only running both tells.
 Both programs run interleaved rounds of the same number of steps on fresh iterators of the user's dataset;
-the verdict is the median of the per-round ratios (split steps/s over unsplit steps/s).
+the verdict is the median of the per-round ratios (split steps/s over unsplit steps/s). A model compiled with
+`steps_per_execution=N` is timed as fit runs it: N steps per call of one tf.function (`steps_per_call`).
 
 The state the step writes (its trainable variables, optimizer slots, metric and seed variables) is copied
 once and both programs update the copies; what the step only reads (read-only tables and variables,
@@ -59,6 +60,7 @@ class Verdict:
     skipped: str = ""
     threshold: float = PAYS_AT
     seconds: float = 0.0  # the trial's wall time, tracing and copying included
+    steps_per_call: int = 1  # steps per call of the timed function (the model's steps_per_execution)
 
     @property
     def ratios(self) -> tuple[float, ...]:
@@ -77,8 +79,9 @@ class Verdict:
         if self.ratio is None:
             return f"not timed ({self.skipped})"
         ratios = self.ratios
+        per_call = f"{self.steps_per_call} steps per call, " if self.steps_per_call > 1 else ""
         return (f"the split step ran {self.ratio:.2f}x the unsplit one (median of {len(ratios)} interleaved rounds, "
-                f"{min(ratios):.2f}-{max(ratios):.2f}; {statistics.median(self.split_rates):.0f} vs "
+                f"{min(ratios):.2f}-{max(ratios):.2f}; {per_call}{statistics.median(self.split_rates):.0f} vs "
                 f"{statistics.median(self.unsplit_rates):.0f} steps/s; the split is kept from {self.threshold:.2f}x; "
                 f"the trial took {self.seconds:.1f} s)")
 
@@ -133,37 +136,60 @@ def _block(outputs) -> None:
             return
 
 
-def _in_function(step: Callable) -> Callable:
-    """One step that reads its element inside a tf.function, as Keras's train function does."""
-    one = tf.function(lambda iterator: step(next(iterator)), autograph=False)
-    return lambda iterator: one(iterator)
+@dataclass(frozen=True)
+class _Program:
+    """What a round calls: `call(iterator)` runs `per_call` steps."""
+
+    call: Callable
+    per_call: int = 1
 
 
-def _in_python(step: Callable) -> Callable:
+def _in_function(step: Callable, per_call: int = 1) -> _Program:
+    """`per_call` steps that read their elements inside one tf.function, as Keras's train function runs a
+    model compiled with steps_per_execution=per_call (a loop in the function, one call per `per_call` steps)."""
+    if per_call == 1:
+        one = tf.function(lambda iterator: step(next(iterator)), autograph=False)
+        return _Program(lambda iterator: one(iterator))
+
+    def several(iterator):
+        def body(k):
+            step(next(iterator))  # the call's updates are ordered inside the loop by automatic control deps
+            return k + 1
+        return tf.while_loop(lambda k: k < per_call, body, [tf.constant(0)])
+
+    loop = tf.function(several, autograph=False)
+    return _Program(lambda iterator: loop(iterator), per_call)
+
+
+def _in_python(step: Callable, per_call: int = 1) -> _Program:
     """One step of a Python loop: next(iterator), then the step (a custom training loop)."""
-    return lambda iterator: step(next(iterator))
+    return _Program(lambda iterator: step(next(iterator)))
 
 
-def _run(step: Callable, iterator: Iterator, steps: int) -> float:
+def _run(program: _Program, iterator: Iterator, steps: int) -> float:
+    """Steps per second of about `steps` steps (whole calls of `program.per_call` steps, at least one)."""
+    calls = max(1, round(steps / program.per_call))
     start = time.perf_counter()
     outputs = None
-    for _ in range(steps):
-        outputs = step(iterator)
+    for _ in range(calls):
+        outputs = program.call(iterator)
     _block(outputs)
-    return steps / (time.perf_counter() - start)
+    return calls * program.per_call / (time.perf_counter() - start)
 
 
 def time_programs(split: tuple[Callable, tf.data.Dataset], unsplit: tuple[Callable, tf.data.Dataset], *,
                   in_function: bool = False, rounds: int | None = None, seconds: float | None = None,
-                  threshold: float | None = None) -> Verdict:
+                  threshold: float | None = None, steps_per_call: int = 1) -> Verdict:
     """Interleaved rounds of two programs, each (step(element), dataset); the datasets are repeated, so a
     short dataset is no shorter trial. in_function: each step reads its element inside a tf.function (Keras's
-    fit loop); otherwise next(iterator) in Python, then the step (a custom loop).
+    fit loop), `steps_per_call` steps per call (the model's steps_per_execution); otherwise next(iterator) in
+    Python, then the step (a custom loop).
 
         before:  split program and unsplit program, one of them chosen by hand
         after:   time_programs((main, mapped), (whole, raw)).pays
     """
-    return _unread(unsplit[1], threshold) or _guarded(split, unsplit, in_function, rounds, seconds, threshold)
+    return _unread(unsplit[1], threshold) or _guarded(split, unsplit, in_function, rounds, seconds, threshold,
+                                                      steps_per_call=steps_per_call)
 
 
 def _unread(dataset: tf.data.Dataset, threshold: float | None) -> Verdict | None:
@@ -176,12 +202,12 @@ def _unread(dataset: tf.data.Dataset, threshold: float | None) -> Verdict | None
 
 
 def _guarded(split, unsplit, in_function: bool, rounds: int | None, seconds: float | None,
-             threshold: float | None, started: float | None = None) -> Verdict:
+             threshold: float | None, started: float | None = None, steps_per_call: int = 1) -> Verdict:
     """_time_programs, with a dataset that yields nothing or a failing trial turned into a skipped verdict.
     `started`: when the trial began (its tracing and copying count against BUDGET_SECONDS)."""
     started = time.perf_counter() if started is None else started
     try:
-        verdict = _time_programs(split, unsplit, in_function, rounds, seconds, threshold, started)
+        verdict = _time_programs(split, unsplit, in_function, rounds, seconds, threshold, started, steps_per_call)
         return dataclasses.replace(verdict, seconds=time.perf_counter() - started)
     except (StopIteration, tf.errors.OutOfRangeError):
         return Verdict(skipped="the dataset yields no batch", threshold=_threshold(threshold))
@@ -198,18 +224,19 @@ def _failed(error: Exception, threshold: float | None) -> Verdict:
 
 
 def _time_programs(split, unsplit, in_function: bool, rounds: int | None, seconds: float | None,
-                   threshold: float | None, started: float) -> Verdict:
+                   threshold: float | None, started: float, steps_per_call: int = 1) -> Verdict:
     rounds = ROUNDS if rounds is None else rounds  # looked up per call, so a setting of the module's holds
     seconds = ROUND_SECONDS if seconds is None else seconds
     wrap = _in_function if in_function else _in_python
-    programs = {"split": (wrap(split[0]), split[1]), "unsplit": (wrap(unsplit[0]), unsplit[1])}
+    per_call = steps_per_call if in_function else 1
+    programs = {"split": (wrap(split[0], per_call), split[1]), "unsplit": (wrap(unsplit[0], per_call), unsplit[1])}
     iterators = {name: iter(dataset.repeat()) for name, (_, dataset) in programs.items()}
     for name, (step, _) in programs.items():
-        _run(step, iterators[name], 3)  # traced and built
+        _run(step, iterators[name], 3 * per_call)  # traced and built
     slowest = min(_run(step, iterators[name], MIN_STEPS) for name, (step, _) in programs.items())
 
-    def steps_for(duration: float) -> int:  # about `duration` seconds of the slower program
-        return int(min(MAX_STEPS, max(MIN_STEPS, duration * slowest)))
+    def steps_for(duration: float) -> int:  # about `duration` seconds of the slower program, whole calls
+        return int(min(max(MAX_STEPS, per_call), max(MIN_STEPS, per_call, duration * slowest)))
 
     for name, (step, _) in programs.items():
         _run(step, iterators[name], steps_for(WARMUP_SECONDS))
@@ -222,15 +249,17 @@ def _time_programs(split, unsplit, in_function: bool, rounds: int | None, second
         order = list(programs) if round_ % 2 == 0 else list(reversed(programs))
         for name in order:
             rates[name].append(_run(programs[name][0], iterators[name], steps))
-    verdict = Verdict(tuple(rates["split"]), tuple(rates["unsplit"]), threshold=_threshold(threshold))
+    verdict = Verdict(tuple(rates["split"]), tuple(rates["unsplit"]), threshold=_threshold(threshold),
+                      steps_per_call=per_call)
     logger.info("trial: %s", verdict.text())
     return verdict
 
 
 def time_split(halves, dataset: tf.data.Dataset, *, in_function: bool = False, rounds: int | None = None,
-               seconds: float | None = None, threshold: float | None = None) -> Verdict:
+               seconds: float | None = None, threshold: float | None = None, steps_per_call: int = 1) -> Verdict:
     """The split program (the mapped dataset and the main side) against the step it came from (the same
-    dataset, prefetched), both on copies of the step's state.
+    dataset, prefetched), both on copies of the step's state; with in_function, `steps_per_call` steps per
+    call of one tf.function, as fit runs a model compiled with that steps_per_execution.
 
         before:  ds2, step2 = ss.tf2.split(step, ds)
         after:   time_split(ss.tf2.split(step, ds), ds).text()   # "the split step ran 1.12x the unsplit one ..."
@@ -252,7 +281,8 @@ def time_split(halves, dataset: tf.data.Dataset, *, in_function: bool = False, r
     mapped = mapped_dataset(dataset, halves.prefetch_function, deterministic=halves.deterministic)
     return _guarded((lambda element: main(*tf.nest.flatten(element)), mapped),
                     (lambda element: whole(*tf.nest.flatten(element, expand_composites=True)),
-                     dataset.prefetch(tf.data.AUTOTUNE)), in_function, rounds, seconds, threshold, started)
+                     dataset.prefetch(tf.data.AUTOTUNE)), in_function, rounds, seconds, threshold, started,
+                    steps_per_call)
 
 
 def _on_copies(step, dataset: tf.data.Dataset, roots: list) -> tuple[Callable, Any]:
@@ -271,7 +301,8 @@ def _on_copies(step, dataset: tf.data.Dataset, roots: list) -> tuple[Callable, A
 
 
 def time_steps(split: tuple[Any, tf.data.Dataset], unsplit: tuple[Any, tf.data.Dataset], roots: list, *,
-               rounds: int | None = None, seconds: float | None = None, threshold: float | None = None) -> Verdict:
+               rounds: int | None = None, seconds: float | None = None, threshold: float | None = None,
+               steps_per_call: int = 1) -> Verdict:
     """Two tf.function steps of one element, each with its dataset, timed on copies of their state (`roots`:
     the objects holding their read-only tables, as split()'s `state`). A Keras model's own train step on raw
     batches against its trainer half's on the mapped ones, for the layer-level split.
@@ -289,7 +320,7 @@ def time_steps(split: tuple[Any, tf.data.Dataset], unsplit: tuple[Any, tf.data.D
     except Exception as e:
         return _failed(e, threshold)
     return _guarded((split_step, split[1]), (unsplit_step, unsplit[1].prefetch(tf.data.AUTOTUNE)), True, rounds,
-                    seconds, threshold, started)
+                    seconds, threshold, started, steps_per_call)
 
 
 def time_eager_steps(split: tuple[Callable, tf.data.Dataset], unsplit: tuple[Callable, tf.data.Dataset],

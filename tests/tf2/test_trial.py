@@ -201,3 +201,39 @@ def test_fit_with_measure_false_splits_without_timing(monkeypatch):
     monkeypatch.setattr(keras_fit, "time_split", lambda *a, **k: pytest.fail("timed with measure=False"))
     history = keras_fit.fit(fm.ranking_tf_keras(), fm.dataset(KEYS), epochs=1, verbose=0, measure=False)
     assert isinstance(history.smartstage, StepFit) and history.smartstage.train.trials == {}
+
+
+def test_the_trial_runs_as_many_steps_per_call_as_the_model_executes(quick_trial):
+    #   a step counting its runs; timed in one tf.function 4 steps per call, as fit with steps_per_execution=4
+    runs = tf.Variable(0, dtype=tf.int64)
+    calls = []
+
+    @tf.function
+    def step(batch):
+        runs.assign_add(1)
+        return tf.reduce_sum(batch)
+
+    def counted(element):
+        calls.append(1)  # once per trace: the loop calls the traced step inside one function
+        return step(element)
+
+    dataset = tf.data.Dataset.range(64).batch(4)
+    verdict = trial.time_programs((counted, dataset), (step, dataset), in_function=True, steps_per_call=4)
+    assert verdict.steps_per_call == 4 and len(verdict.ratios) == 2
+    assert runs.numpy() % 4 == 0 and runs.numpy() >= 2 * 2 * 4  # whole calls of 4 steps, both programs
+    assert "4 steps per call" in verdict.text()
+    one = trial.time_programs((step, dataset), (step, dataset), in_function=False, steps_per_call=4)
+    assert one.steps_per_call == 1  # a custom loop calls the step once per element
+
+
+def test_fit_times_the_model_as_compiled_with_steps_per_execution(quick_trial, monkeypatch):
+    seen = []
+    real = keras_fit.time_split
+    monkeypatch.setattr(keras_fit, "time_split", lambda *a, **k: seen.append(k["steps_per_call"]) or real(*a, **k))
+    monkeypatch.setattr(trial, "PAYS_AT", ALWAYS)
+    model, reference = fm.ctr_tf_keras(steps_per_execution=2), fm.ctr_tf_keras(steps_per_execution=2)
+    history = keras_fit.fit(model, fm.dataset(samples=52), epochs=1, verbose=0)
+    expected = reference.fit(fm.dataset(samples=52), epochs=1, verbose=0)
+    assert seen == [2] and history.smartstage.train.trials["train_step"].steps_per_call == 2
+    assert history.history["loss"] == expected.history["loss"]
+    assert_same_weights(model, reference)
