@@ -16,6 +16,7 @@ from tensorflow.core.protobuf import meta_graph_pb2
 
 from smartstage.config.options import SmartStageOptions
 from smartstage.graph.stage_names import DATASET_FOLD_SCOPE, FOLDED_READ
+from smartstage.graph.stages import INPUTS
 from smartstage.passes.manager import PassReport
 
 MAX_LISTED = 12
@@ -30,7 +31,10 @@ def summary_text(result) -> str:
         stage = p.stage
         origin = (f", inserted by auto-stage at {', '.join(repr(n) for n in stage.stage_def.source_nodes)}"
                   if stage.origin == "auto" and stage.stage_def is not None else "")
-        lines.append(f"stage {stage.name!r} ({stage.kind}, put {stage.put!r}, take {stage.take!r}{origin})")
+        if stage.kind == INPUTS:
+            lines.append(f"stage {stage.name!r} (the graph's inputs: {_listed(stage.inputs)})")
+        else:
+            lines.append(f"stage {stage.name!r} ({stage.kind}, put {stage.put!r}, take {stage.take!r}{origin})")
         if p.skipped:
             lines.append(f"  unchanged: {p.skipped}")
         else:
@@ -46,7 +50,8 @@ def summary_text(result) -> str:
         if not p.skipped:
             lines.append(f"  boundary after  ({len(p.boundary_after)}): {_listed(p.boundary_after)}")
         if p.control_reroutes:
-            lines.append("  control edges re-routed through put/take: "
+            through = "across the inputs' boundary" if stage.kind == INPUTS else "through put/take"
+            lines.append(f"  control edges re-routed {through}: "
                          + ", ".join(f"{a} -> {b}" for a, b in p.control_reroutes[:MAX_LISTED]))
     for note in result.notes:
         lines.append(f"note: {note}")
@@ -105,6 +110,8 @@ class OptimizeResult:
         names = {node.name for node in self.graph_def.node}
         mapping = {}
         for p in self.partitions:
+            if p.stage.kind == INPUTS:
+                continue  # no buffer in the graph: what crosses is handed over outside it (a TF2 split's dataset)
             folded = f"{p.stage.name}/{DATASET_FOLD_SCOPE}/{FOLDED_READ}"
             reader = folded if folded in names and p.stage.take not in names else p.stage.take
             if not p.changes_graph and reader == p.stage.take:

@@ -12,7 +12,8 @@ the diff also lists every pinned node with its reason and the chain from the pin
 
 A stage folded into its dataset (smartstage.passes.fold_dataset) has no buffer in the after graph: its nodes that
 the fold put into the dataset's map function count as on its prefetch side, and the step's read of the iterator
-is its boundary (`StageDiff.folded_into`).
+is its boundary (`StageDiff.folded_into`). A partition at a graph's own inputs (a TF2 split) shows in no op: the
+result names it, and its prefetch side in `after` is what its new boundary tensors need.
 
 Order is deterministic: nodes in the order of the after graph (removed ones and those moved into a dataset's
 map: of the before graph),
@@ -35,11 +36,11 @@ from smartstage.errors import GraphError
 from smartstage.graph.names import CONTROL_PORT, input_string
 from smartstage.graph.stage_names import FOLDED_READ, folded_stage_of
 from smartstage.graph.view import GraphView
-from smartstage.graph.load import load_graph, stage_defs_of
+from smartstage.graph.load import load_graph
 from smartstage.inspection.chains import input_path
 from smartstage.inspection.attr_text import attr_text
 from smartstage.inspection.placement import StagePlacement, stage_placements
-from smartstage.inspection.sides import FREE, MAIN, PREFETCH_PREFIX, GraphSides, graph_sides, stage_of_side
+from smartstage.inspection.sides import FREE, MAIN, PREFETCH_PREFIX, GraphSides, sides_before_after, stage_of_side
 
 SCHEMA = "smartstage.graph_diff"
 SCHEMA_VERSION = 1
@@ -279,16 +280,7 @@ def graph_diff(before, after, result=None) -> GraphDiff:
     """
     old, new = load_graph(before), load_graph(after)
     old_view, new_view = GraphView(old.graph_def), GraphView(new.graph_def)
-    old_defs = stage_defs_of(old.meta_graph_def)
-    new_defs = stage_defs_of(new.meta_graph_def)
-    if not new_defs and result is not None and result.meta_graph_def is None:
-        # A GraphDef carries no StageDefs: use the ones the optimizer found, where they still name nodes.
-        new_defs = [p.stage.stage_def for p in result.partitions
-                    if p.stage.stage_def is not None and p.stage.put in new_view and p.stage.take in new_view]
-    if not old_defs and result is not None:
-        old_defs = [p.stage.stage_def for p in result.partitions
-                    if p.stage.stage_def is not None and p.stage.put in old_view and p.stage.take in old_view]
-    old_sides, new_sides = graph_sides(old_view, old_defs), graph_sides(new_view, new_defs)
+    old_sides, new_sides = sides_before_after(old, new, old_view, new_view, result)
 
     added, rewired, op_changes, device_changes, attr_changes = [], [], [], [], []
     for node in new.graph_def.node:

@@ -24,6 +24,7 @@ from typing import Any
 
 from smartstage.inspection.chains import input_path, pin_chain
 from smartstage.errors import GraphError
+from smartstage.graph.stages import INPUTS
 from smartstage.graph.view import GraphView
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.load import load_graph, stage_defs_of
@@ -116,13 +117,17 @@ def _explain(loaded, view: GraphView, name: str, result) -> Explanation:
                                kind=pin.kind, cause=pin.cause)
 
     sides = graph_sides(view, stage_defs_of(loaded.meta_graph_def) or
-                        [p.stage.stage_def for p in result.partitions if p.stage.stage_def is not None])
+                        [p.stage.stage_def for p in result.partitions if p.stage.stage_def is not None],
+                        [p.stage for p in result.partitions if p.stage.kind == INPUTS])
     side = sides.of(name)
     if side.startswith(STAGE_PREFIX):
         stage = stage_of_side(side)
         boundary = sides.stage_named(stage)
         role = next((r for r, n in (("put", boundary.put), ("take", boundary.take), ("buffer", boundary.buffer))
                      if boundary is not None and n == name), "an op")
+        if boundary is not None and name in boundary.inputs:
+            return Explanation(name, op, STAGE_OP, f"{name!r} is an input of stage {stage!r} (the graph's own "
+                               "inputs): it is the boundary itself and belongs to neither side", stage, (name,))
         return Explanation(name, op, STAGE_OP, f"{name!r} is {'the ' + role if role != 'an op' else role} of stage "
                            f"{stage!r}: it is the boundary itself and belongs to neither side", stage, (name,))
     if side.startswith(PREFETCH_PREFIX):
@@ -162,14 +167,16 @@ def _node_name(view: GraphView, node: str) -> str:
 
 
 def _moved_path(view: GraphView, partition, name: str) -> tuple[str, ...]:
-    """take -> ... -> name through moved nodes (the shortest such path), in dataflow order."""
-    allowed = set(partition.moved) | {partition.stage.take}
+    """take -> ... -> name through moved nodes (the shortest such path), in dataflow order; from an input
+    node for a boundary at the graph's inputs."""
+    takes = set(partition.stage.take_nodes)
+    allowed = set(partition.moved) | takes
     parent: dict[str, str | None] = {name: None}
     todo = [name]
     while todo:
         nxt = []
         for current in todo:
-            if current == partition.stage.take:
+            if current in takes:
                 path = [current]
                 while parent[path[-1]] is not None:
                     path.append(parent[path[-1]])
@@ -186,14 +193,16 @@ def _moved_reason(view: GraphView, partition, name: str, path: tuple[str, ...]) 
     stage = partition.stage.name
     crossing = [t for t in partition.boundary_after if parse_tensor_name(t).node == name]
     consumers = [c for c in view.consumers(name) if c not in partition.moved]
+    inputs = partition.stage.kind == INPUTS
+    source, carrier = ("the graph's inputs", "the boundary") if inputs else ("the stage's take", "the take")
     parts = [f"{name!r} moved to the prefetch side of stage {stage!r}:",
-             f"it is computed from the stage's take ({' -> '.join(path)})" if len(path) > 1 else
+             f"it is computed from {source} ({' -> '.join(path)})" if len(path) > 1 else
              "it is computed on the prefetch side",
              f"by an op ({view.op(name)}) that reads no variable, mutable state or fed value"]
     text = " ".join(parts[:2]) + " " + parts[2]
     if crossing:
         text += (f"; the main side ({', '.join(repr(c) for c in consumers[:3])}"
-                 f"{', ...' if len(consumers) > 3 else ''}) now reads {', '.join(crossing)} through the take")
+                 f"{', ...' if len(consumers) > 3 else ''}) now reads {', '.join(crossing)} through {carrier}")
     else:
         text += "; only other moved nodes consume it"
     return text

@@ -12,16 +12,22 @@ is the main side, except:
 - free nodes (stateless and computed from constants only, as the optimizer defines them): "free", since
   either side may evaluate them and they never cross a boundary.
 A node on the prefetch side of two stages counts for the first one, in find_stages' order.
+
+A boundary at a graph's own inputs (graph.stages.input_boundary) has no op in the graph to find: it is given
+(`boundaries`). Its input nodes are its own ops, and its prefetch side is what the tensors it carries need.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
+from smartstage.graph.load import stage_defs_of
+from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.view import GraphView
-from smartstage.graph.stages import StageBoundary, find_stages
+from smartstage.graph.stages import INPUTS, StageBoundary, find_stages
 from smartstage.passes.pins import PinRules
 from smartstage.protos import StageDef
 
@@ -62,9 +68,12 @@ class GraphSides:
         return next((s for s in self.stages if s.name == name), None)
 
 
-def graph_sides(view: GraphView, stage_defs: list[StageDef] = ()) -> GraphSides:
-    """Finds the stages of `view` (find_stages) and assigns every node a side."""
+def graph_sides(view: GraphView, stage_defs: list[StageDef] = (),
+                boundaries: Sequence[StageBoundary] = ()) -> GraphSides:
+    """Finds the stages of `view` (find_stages), adds `boundaries` (input boundaries, which no op of the graph
+    shows), and assigns every node a side."""
     stages, notes = find_stages(view, list(stage_defs))
+    stages += [b for b in boundaries if all(n in view for n in b.ops)]
     stage_op_side: dict[str, str] = {}
     for stage in stages:
         for name in _stage_infrastructure(view, stage):
@@ -76,7 +85,7 @@ def graph_sides(view: GraphView, stage_defs: list[StageDef] = ()) -> GraphSides:
     all_stage_ops = set(stage_op_side)
     for stage in stages:
         label = prefetch_side(stage.name)
-        roots = [t.node for t in view.inputs(stage.put) if t.node in view and t.node not in all_stage_ops]
+        roots = [t.node for t in _put_inputs(view, stage) if t.node in view and t.node not in all_stage_ops]
         for name in view.ancestors(roots, stop=all_stage_ops):
             if name not in free:
                 side.setdefault(name, label)
@@ -91,6 +100,35 @@ def graph_sides(view: GraphView, stage_defs: list[StageDef] = ()) -> GraphSides:
     return GraphSides(stages=tuple(stages), side=result, notes=tuple(notes))
 
 
+def sides_before_after(before, after, before_view: GraphView, after_view: GraphView,
+                       result=None) -> tuple[GraphSides, GraphSides]:
+    """The sides of two loaded graphs (graph.load.load_graph), `after` the optimized `before`; with the
+    OptimizeResult between them, the stages it found where a graph does not say: the StageDefs a GraphDef
+    does not carry, and input boundaries, as they were and as the partition leaves them (carrying the new
+    boundary tensors, waiting for what control edges re-route)."""
+    before_defs, after_defs = stage_defs_of(before.meta_graph_def), stage_defs_of(after.meta_graph_def)
+    partitions = result.partitions if result is not None else ()
+    if not after_defs and result is not None and result.meta_graph_def is None:
+        # A GraphDef carries no StageDefs: use the ones the optimizer found, where they still name nodes.
+        after_defs = [p.stage.stage_def for p in partitions
+                      if p.stage.stage_def is not None and p.stage.put in after_view and p.stage.take in after_view]
+    if not before_defs:
+        before_defs = [p.stage.stage_def for p in partitions
+                       if p.stage.stage_def is not None and p.stage.put in before_view and p.stage.take in before_view]
+    inputs = [p for p in partitions if p.stage.kind == INPUTS]
+    moved = [dataclasses.replace(p.stage, carries=p.boundary_after + tuple(
+        dict.fromkeys(f"^{src}" for src, _ in p.control_reroutes))) if p.changes_graph else p.stage for p in inputs]
+    return (graph_sides(before_view, before_defs, [p.stage for p in inputs]),
+            graph_sides(after_view, after_defs, moved))
+
+
+def _put_inputs(view: GraphView, stage: StageBoundary) -> list:
+    """What the stage's put reads (data and control): for an input boundary, what it carries."""
+    if stage.kind == INPUTS:
+        return [parse_tensor_name(t) for t in stage.carries]
+    return view.inputs(stage.put)
+
+
 def _free_nodes(view: GraphView, rules: PinRules) -> set[str]:
     return {name for name in view.names() if rules.is_free(name)}
 
@@ -99,6 +137,8 @@ def _stage_infrastructure(view: GraphView, stage: StageBoundary) -> list[str]:
     """The stage's own ops, plus the runtime's readiness guard: the take's control inputs and what they
     alone need, inside the stage's name scope (staged() builds ready_buffer, ready_put, ready_check, ...)."""
     names = list(stage.ops)
+    if stage.kind == INPUTS:
+        return names
     sd = stage.stage_def
     if sd is not None:
         names += [n for n in (sd.ready_buffer_node, sd.ready_put_node) if n and n in view]

@@ -1,39 +1,39 @@
-"""analysis: the step's function graph as a v1 stage, partitioned by the same optimize() as every v1 graph.
+"""analysis: the step's function graph partitioned at its inputs by the v1 rules (passes.partition_inputs).
 
     before (FuncGraph):  batch(Placeholder) -> hash -> lookup(w) -> loss
-    analysis graph:      batch -> put ~~ take -> hash -> lookup(VarHandleOp w) -> loss
-    optimize() result:   batch -> hash -> put ~~ take -> lookup(w) -> loss     (moved: hash)
+    analysis graph:      batch -> hash -> lookup(VarHandleOp w) -> loss      (captures named, nothing added)
+    partition:           moved: hash; pinned: lookup (reads variable 'w'); boundary batch:0 -> hash:0
 
-The stage boundary is the function's data inputs: one FIFO stage, STAGE, whose put carries the input
-placeholders and whose take stands for them in every reader. Captures are named by what they stand for
-(smartstage.tf2.state), and the targets are what the step runs: its outputs and control outputs. The
-result is an ordinary OptimizeResult: summary(), diff(), explain and the HTML report all work on it.
+The boundary is the function's data inputs: its placeholders play the role a v1 stage's take plays, and no
+stage is written into the graph. Captures are named by what they stand for (smartstage.tf2.state), and the
+targets are what the step runs: its outputs and control outputs. The result is an ordinary OptimizeResult
+whose one partition is at the inputs: summary(), diff(), explain and the HTML report all work on it.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
-from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2
+from tensorflow.core.framework import graph_pb2
 
-from smartstage.config.options import enable_smart_stage
+from smartstage.config.options import enable_smart_stage, options_from_config
 from smartstage.graph.edits import EditLog, apply_to_graph_def
-from smartstage.graph.names import input_source, parse_tensor_name
+from smartstage.graph.names import input_source
 from smartstage.graph.view import GraphView
-from smartstage.optimizer import optimize
+from smartstage.passes.manager import PassReport
+from smartstage.passes.partition import StagePartition, partition_line
+from smartstage.passes.partition_inputs import partition_inputs
 from smartstage.result import OptimizeResult
 from smartstage.tf2.state import CapturedState, classify, random_state_edits, stand_ins
 from smartstage.tf2.trace import TracedStep
 
-STAGE = "smartstage/input"
-BUFFER, PUT, TAKE = f"{STAGE}/buffer", f"{STAGE}/put", f"{STAGE}/take"
-
 
 @dataclass(frozen=True)
 class Analysis:
-    """The analysis graph, the partition optimize() computed on it, and what each capture is."""
+    """The analysis graph, its partition at the step's inputs, and what each capture is."""
 
-    graph_def: graph_pb2.GraphDef  # the step's graph with its inputs behind STAGE and its captures named
+    graph_def: graph_pb2.GraphDef  # the step's graph with its captures named
     result: OptimizeResult
     states: tuple[CapturedState, ...]
 
@@ -52,36 +52,6 @@ class Analysis:
         """Why nothing worth moving remains ("" when something is)."""
         p = self.partition
         return "" if p.changes_graph else (p.skipped or "nothing to move: no op depends on the batch alone")
-
-
-def _types(dtypes: list[int]) -> attr_value_pb2.AttrValue:
-    return attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(type=dtypes))
-
-
-def stage_edits(view: GraphView, inputs: tuple[str, ...], log: EditLog) -> None:
-    """One FIFO stage whose take stands for the function's data inputs in every reader."""
-    dtypes = [view.node(name).attr["dtype"].type for name in inputs]
-    buffer = node_def_pb2.NodeDef(name=BUFFER, op="FIFOQueueV2")
-    buffer.attr["component_types"].CopyFrom(_types(dtypes))
-    buffer.attr["capacity"].i = 1
-    put = node_def_pb2.NodeDef(name=PUT, op="QueueEnqueueV2", input=[BUFFER, *inputs])
-    put.attr["Tcomponents"].CopyFrom(_types(dtypes))
-    take = node_def_pb2.NodeDef(name=TAKE, op="QueueDequeueV2", input=[BUFFER])
-    take.attr["component_types"].CopyFrom(_types(dtypes))
-    port = {name: k for k, name in enumerate(inputs)}
-    for reader in dict.fromkeys(c for name in inputs for c in view.consumers(name)):
-        new = []
-        for s in log.inputs_of(reader):
-            src = input_source(s)
-            if src not in port:
-                new.append(s)
-            elif s.startswith("^"):
-                new.append(f"^{TAKE}")
-            else:
-                new.append(f"{TAKE}:{port[src]}" if parse_tensor_name(s).port == 0 else s)
-        log.set_inputs(reader, new)
-    for node in (buffer, put, take):
-        log.add_node(node)
 
 
 def _renamed(raw: str, old: str, new: str) -> str:
@@ -110,11 +80,13 @@ def with_output_shapes(graph_def: graph_pb2.GraphDef, traced: TracedStep) -> gra
     return out
 
 
-def analyse(traced: TracedStep, tables: dict[int, object], read_only: bool = True) -> Analysis:
-    """The step's partition: its graph staged at its inputs, optimized with the v1 rules.
+def analysis_graph(traced: TracedStep, tables: dict[int, object],
+                   read_only: bool = True) -> tuple[graph_pb2.GraphDef, tuple[CapturedState, ...]]:
+    """The step's graph with each capture replaced by a stand-in of what it is, annotated with output shapes;
+    and what each capture is.
 
-        before:  traced.graph_def                       # the FuncGraph's GraphDef
-        after:   analyse(traced, tables).result.summary()   # moved, pinned with reasons, boundary
+        before:  batch -> lookup(Placeholder captured 'w')
+        after:   batch -> lookup(VarHandleOp 'captured/w'), (CapturedState(kind="variable", ...),)
     """
     view = GraphView(traced.graph_def)
     states = classify(traced, view, tables, read_only)
@@ -133,10 +105,30 @@ def analyse(traced: TracedStep, tables: dict[int, object], read_only: bool = Tru
             if reader not in replaced:
                 log.set_inputs(reader, [_renamed(s, old, new) for s in log.inputs_of(reader)])
     random_state_edits(view, log)
-    stage_edits(view, traced.inputs, log)
     graph_def = with_output_shapes(apply_to_graph_def(emptied, log.edits, log.view), traced)
-    result = optimize(graph_def, enable_smart_stage(), targets=traced.targets)
-    return Analysis(graph_def=graph_def, result=result, states=tuple(states))
+    return graph_def, tuple(states)
 
 
-__all__ = ["Analysis", "BUFFER", "PUT", "STAGE", "TAKE", "analyse", "stage_edits"]
+def inputs_result(graph_def: graph_pb2.GraphDef, partition: StagePartition, targets, seconds: float) -> OptimizeResult:
+    """The OptimizeResult of a partition at a graph's inputs: the graph itself before and after (the split
+    cuts it into two functions; nothing is rewritten in place), the one partition, one report."""
+    report = PassReport(name="partition_inputs", changed=False, seconds=seconds, summary=(partition_line(partition),),
+                        details=(partition,))
+    return OptimizeResult(graph_def=graph_def, original_graph_def=graph_def, options=options_from_config(
+        enable_smart_stage()), reports=(report,), partitions=(partition,), targets=frozenset(targets), seconds=seconds)
+
+
+def analyse(traced: TracedStep, tables: dict[int, object], read_only: bool = True) -> Analysis:
+    """The step's partition at its inputs, by the v1 rules.
+
+        before:  traced.graph_def                       # the FuncGraph's GraphDef
+        after:   analyse(traced, tables).result.summary()   # moved, pinned with reasons, boundary
+    """
+    graph_def, states = analysis_graph(traced, tables, read_only)
+    start = time.perf_counter()
+    partition = partition_inputs(graph_def, traced.inputs, traced.targets)
+    result = inputs_result(graph_def, partition, traced.targets, time.perf_counter() - start)
+    return Analysis(graph_def=graph_def, result=result, states=states)
+
+
+__all__ = ["Analysis", "analyse", "analysis_graph", "inputs_result"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from html import escape
 
+from smartstage.graph.stages import INPUTS
 from smartstage.inspection.diff import GraphDiff, StageDiff
 from smartstage.inspection.render.drawing import DEFAULT_MAX_BOXES, build_drawing
 from smartstage.inspection.render.svg import svg_drawing
@@ -146,8 +147,9 @@ def _summary(diff: GraphDiff) -> str:
             status = (f"<span class=\"skipped\">unchanged: {escape(s.skipped)}</span>" if s.skipped else
                       "<span class=\"ok\">rewritten</span>" if diff.moved_in(s.name) or diff.moved_in(s.name, "main")
                       else "no change")
+            ends = "the graph's inputs" if s.kind == INPUTS else f"{escape(s.put)} / {escape(s.take)}"
             out.append(f"<tr><td><a href=\"#stage-{_anchor(s.name)}\">{escape(s.name)}</a></td><td>{escape(s.kind)}</td>"
-                       f"<td>{escape(s.put)} / {escape(s.take)}</td>"
+                       f"<td>{ends}</td>"
                        f"<td class=\"num\">{s.prefetch_nodes_before} &rarr; {s.prefetch_nodes_after}</td>"
                        f"<td class=\"num\">{len(s.boundary_before)} &rarr; {len(s.boundary_after)}</td>"
                        f"<td class=\"num\">{len(diff.moved_in(s.name))}</td>"

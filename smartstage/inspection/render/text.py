@@ -14,6 +14,7 @@ Empty sections are left out; each list shows at most `limit` entries (None: all)
 
 from __future__ import annotations
 
+from smartstage.graph.stages import INPUTS
 from smartstage.inspection.diff import GraphDiff, StageDiff
 from smartstage.inspection.placement import placement_lines
 
@@ -63,7 +64,8 @@ def _stage_lines(diff: GraphDiff, stage: StageDiff, limit: int | None, pinned_li
              " [only in the after graph]" if stage.in_after else
              f" [folded into its dataset: the step reads {stage.folded_into!r}]" if stage.folded_into else
              " [only in the before graph]")
-    lines = [f"stage {stage.name!r} ({stage.kind}; put {stage.put!r}, take {stage.take!r}){where}"]
+    what = "the graph's inputs" if stage.kind == INPUTS else f"{stage.kind}; put {stage.put!r}, take {stage.take!r}"
+    lines = [f"stage {stage.name!r} ({what}){where}"]
     lines.append(f"  prefetch side: {stage.prefetch_nodes_before} -> {stage.prefetch_nodes_after} node(s); "
                   f"boundary: {len(stage.boundary_before)} -> {len(stage.boundary_after)} tensor(s)")
     if stage.skipped:
