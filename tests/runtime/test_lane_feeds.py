@@ -21,9 +21,9 @@ def test_lanes_feed_the_head_values_to_the_original_body(graph):
     n = 12
     x = range_input(n)
     parse = tf.identity(x * 2, name="parse")
-    table = tf.lookup.StaticHashTable(
-        tf.lookup.KeyValueTensorInitializer(tf.range(0, 2 * n, dtype=tf.int64), tf.range(0, 2 * n, dtype=tf.int64) * 10),
-        default_value=-1, name="table")
+    keys = tf.range(0, 2 * n, dtype=tf.int64)
+    table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, keys * 10), default_value=-1,
+                                      name="table")
     hashed = tf.add(table.lookup(parse), tf.constant(7, tf.int64, name="offset"), name="hash")
     y = ss.staged([hashed, x], num_threads=2, capacity=2)
     finds_before = [op for op in graph.get_operations() if op.type == "LookupTableFindV2"]

@@ -6,7 +6,8 @@
 With one active lane (or no lanes) it runs the plain put once per batch (ticket order is then trivial).
 With k > 1 lanes every worker thread, in turn: takes the next ticket and runs the head under one lock
 (fetching the values the body reads), runs the body fed those values into its own lane queue, and records
-"ticket n is in lane i". The merger moves tickets 0, 1, 2, ... in order into the stage buffer. What each ticket's outcome means:
+"ticket n is in lane i". The merger moves tickets 0, 1, 2, ... in order into the stage buffer. What each
+ticket's outcome means:
 
 - moved / in a lane: the batch goes into the buffer in its turn;
 - an ignored-type error: the ticket is skipped (logged), the others go on;
@@ -117,8 +118,9 @@ class OrderedProducer:
     def _warm(self, index: int, parts: set[str]) -> None:
         """Builds this worker's executors before it takes a ticket (runtime/lanes/producers/callables.py): the
         first batch of a lane the tuner tries must not carry them, nor stall the merger. `parts`: "lane" (its
-        lane's move, needed once 2 or more lanes run; the head and body runs are fed, so they go through run(),
-        which builds them on their first batch; the one-lane put goes through run() too). Lanes are built when
+        lane's move, needed once 2 or more lanes run; the head's run serves every lane and pool and the body
+        runs are fed, so both go through run(), which builds them on their first batch; so does the one-lane
+        put). Lanes are built when
         they first run, not at start: lanes the tuner never tries cost none (on the Wide&Deep port's ~2,000-op
         body, a lane's runs took ~1 s of CPU from the first steps).
         The tuner judges no window in which executors were built, here or on a run's first use (a pool the
@@ -142,11 +144,11 @@ class OrderedProducer:
                 self._warming -= 1
 
     def _direct_fetches(self) -> list:
-        """The one-lane put's fetches: with lanes, the occupancy and the batch's bytes, every run. A run that fetched the bytes only now and then would be
-        a second fetch list, and every fetch list's executors are built once, stalling the whole session
-        while they are (callables.py). The put runs through run(), not a callable: run()'s executors serve
-        every pool, while a callable is made per RunOptions, so the tuner's pool trial would build the put
-        again inside the first steps."""
+        """The one-lane put's fetches: with lanes, the occupancy and the batch's bytes, every run. A run that
+        fetched the bytes only now and then would be a second fetch list, and every fetch list's executors
+        are built once, stalling the whole session while they are (callables.py). The put runs through run(),
+        not a callable: run()'s executors serve every pool, while a callable is made per RunOptions, so the
+        tuner's pool trial would build the put again inside the first steps."""
         if self.lanes is None:
             return [self.host.put]
         return [self.lanes.put_occupancy, self.lanes.batch_bytes]
@@ -186,7 +188,7 @@ class OrderedProducer:
                 if direct:
                     self._direct(ticket)
                     continue
-                head = self._run_head(index, ticket)
+                head = self._run_head(ticket)
             if head is not None:
                 self._run_body(index, ticket, *head)
         logger.debug("prefetch worker %d of stage %s stopped", index, self.host.name)
@@ -236,7 +238,7 @@ class OrderedProducer:
         else:
             self._record(ticket, outcome)
 
-    def _run_head(self, index: int, ticket: int):
+    def _run_head(self, ticket: int):
         """The head's run for `ticket`: the values the body reads (split.cut), fetched, and the head targets
         run. Through run(), as the put: its executors serve every pool the tuner tries."""
         split = self.lanes.split
