@@ -45,6 +45,7 @@ class SplitStep:
     sides: Sides
     deterministic: bool = True
     tf_data_service: str | None = None  # the dispatcher the dataset runs on (smartstage.tf2.service)
+    num_threads: int = tf.data.AUTOTUNE  # the map's threads (its num_parallel_calls)
     main_function: Any = field(default=None, repr=False)  # the tf.function behind `step`
     prefetch_function: Callable | None = field(default=None, repr=False)  # the map function
     trial: Any = None  # with split(measure=True): the timed Verdict (smartstage.tf2.trial)
@@ -84,7 +85,8 @@ class SplitStep:
         packed = "" if width == len(self.boundary) else (
             f" ({len(self.boundary)} boundary tensor(s), {sum(len(g) for g in packing.groups)} of them packed into "
             f"{len(packing.groups)} by dtype)")
-        lines.append(f"dataset: map(prefetch side, num_parallel_calls=AUTOTUNE, {order}).prefetch(AUTOTUNE), "
+        threads = "AUTOTUNE" if self.num_threads == tf.data.AUTOTUNE else self.num_threads
+        lines.append(f"dataset: map(prefetch side, num_parallel_calls={threads}, {order}).prefetch(AUTOTUNE), "
                      f"{width} tensor(s) per element{packed}")
         if self.tf_data_service:
             from smartstage.tf2.service import service_line
@@ -177,7 +179,8 @@ def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, 
     logger.info("split %s: %d op(s) moved, %d boundary tensor(s)", split_step.__name__, len(partition.moved),
                 len(sides.boundary))
     result = SplitStep(dataset=new_dataset, step=split_step, traced=traced, analysis=analysis, sides=sides,
-                       deterministic=deterministic, tf_data_service=tf_data_service, main_function=main_fn,
+                       deterministic=deterministic, tf_data_service=tf_data_service, num_threads=num_threads,
+                       main_function=main_fn,
                        prefetch_function=prefetch_fn)
     if measure and tf_data_service is None:
         verdict = time_split(result, dataset)

@@ -68,7 +68,7 @@ def test_the_users_dataset_and_step_are_untouched():
 def test_unordered_is_an_explicit_opt_out():
     program = dlrm_program()
     split = sst.split(program.step, raw_dataset(), deterministic=False)
-    assert "deterministic=False" in split.summary()
+    assert "num_parallel_calls=AUTOTUNE, deterministic=False" in split.summary()
     assert len(run_losses(split.step, split.dataset)) == BATCHES
 
 
@@ -203,3 +203,8 @@ def test_batches_arrive_in_input_order_and_a_step_may_return_nothing():
     split = sst.split(step, ds)
     assert all(split.step(batch) is None for batch in split.dataset)
     assert seen.numpy().tolist() == list(range(n))  # a parallel map, and every batch in input order
+
+
+def test_the_summary_states_the_maps_threads():
+    split = sst.split(dlrm_program().step, raw_dataset(), num_threads=3)
+    assert split.num_threads == 3 and "map(prefetch side, num_parallel_calls=3, deterministic=True)" in split.summary()
