@@ -1,0 +1,100 @@
+"""Two published runs of one benchmark, side by side: each figure of the older run beside the newer one's.
+
+    python -m benchmarks.side_by_side OLD.json NEW.json              # a Markdown table on stdout
+    python -m benchmarks.side_by_side <(git show REV:docs/perf/accelerator.json) docs/perf/accelerator.json
+
+e2e and accelerator runs (`benchmarks.e2e`): per workload and configuration at the defaults, the fraction of
+min(bare step, CPU bound) the configuration reached (median and range over the run's interleaved repeats).
+Scaling runs (`benchmarks.scaling`): per size, optimize()'s CPU seconds and their ratio to import_graph_def's
+in the same run. Each run's figures are its own; neither is re-measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from benchmarks.report import Spread
+
+LABELS = {"smart": "SmartStage", "smart_lanes": "SmartStage on lanes", "smart_prefetch": "SmartStage + tf.data prefetch",
+          "auto_stage": "SmartStage auto-stage", "auto_stage_lanes": "SmartStage auto-stage on lanes"}
+
+
+def _workload_name(w: dict) -> str:
+    name = f"{w['model']}/{w['variant']}"
+    if w.get("device_ms"):
+        name += f" {w['device_ms']:g} ms"
+    if w.get("read_latency_ms"):
+        name += f" (read {w['read_latency_ms']:g} ms)"
+    return name
+
+
+def _of_limit(run: dict) -> dict[tuple[str, str], dict]:
+    figures = {}
+    for workload in run.get("workloads", []):
+        for config, targets in workload.get("targets", {}).items():
+            spread = targets.get("of_limit") or {}
+            if spread.get("n"):
+                figures[(_workload_name(workload["workload"]), config)] = spread
+    return figures
+
+
+def _head(run: dict) -> str:
+    machine = run.get("machine", {})
+    return f"{machine.get('date', '?')}, load {machine.get('load_average_at_start', ['?'])[0]} at start"
+
+
+def e2e_table(old: dict, new: dict) -> str:
+    """Markdown: fraction of the limit per workload and configuration, old beside new."""
+    before, after = _of_limit(old), _of_limit(new)
+    lines = [f"| workload | configuration | of the limit, {_head(old)} | of the limit, {_head(new)} | met (>= 0.9) |",
+             "|---|---|---|---|---|"]
+    keys = list(after) + [k for k in before if k not in after]  # the runs' own order of workloads
+    for key in keys:
+        old_text = Spread(**before[key]).text(2) if key in before else "-"
+        new_text = Spread(**after[key]).text(2) if key in after else "-"
+        met = "-" if key not in after else ("yes" if after[key]["median"] >= 0.9 else f"no ({after[key]['median']:.3f})")
+        lines.append(f"| {key[0]} | {LABELS.get(key[1], key[1])} | {old_text} | {new_text} | {met} |")
+    return "\n".join(lines)
+
+
+def scaling_table(old: dict, new: dict) -> str:
+    """Markdown: optimize()'s CPU seconds and its ratio to import_graph_def's, per size, old beside new."""
+    def rows(run):
+        out = {}
+        for size, row in run["summary"]["rows"].items():
+            optimize, imported = row["optimize"]["cpu_seconds"]["median"], row["import"]["cpu_seconds"]["median"]
+            out[int(size)] = (optimize, optimize / imported)
+        return out
+
+    before, after = rows(old), rows(new)
+    lines = [f"| nodes | optimize() CPU s, {_head(old)} | x import_graph_def | optimize() CPU s, {_head(new)} "
+             "| x import_graph_def |", "|---|---|---|---|---|"]
+    for size in sorted(set(before) | set(after)):
+        o = before.get(size)
+        n = after.get(size)
+        lines.append(f"| {size:,} | {o[0]:.2f} | {o[1]:.2f}x | " if o else f"| {size:,} | - | - | ")
+        lines[-1] += f"{n[0]:.2f} | {n[1]:.2f}x |" if n else "- | - |"
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.side_by_side", description=__doc__.splitlines()[0])
+    parser.add_argument("old", help="the older run's JSON (as published under docs/perf/)")
+    parser.add_argument("new", help="the newer run's JSON")
+    args = parser.parse_args(argv)
+    with open(args.old) as f:
+        old = json.load(f)
+    with open(args.new) as f:
+        new = json.load(f)
+    if old.get("benchmark") != new.get("benchmark"):
+        print(f"side_by_side: {args.old} is a {old.get('benchmark')!r} run and {args.new} a {new.get('benchmark')!r} "
+              "run; give two runs of one benchmark", file=sys.stderr)
+        return 2
+    print(scaling_table(old, new) if new.get("benchmark") == "scaling" else e2e_table(old, new))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
