@@ -13,6 +13,8 @@ preprocessing moved into the tf.data pipeline (docs/tf2.md).
     split      split() and SplitStep
     keras_split  Keras 3 functional models cut at layer level by the op-level partition
     keras_step   any Keras model's own train/test step split at op level, run by the model's own fit
+    placement    where a model's variables live (one device, or a strategy's replicas): how its step is split,
+                 its dataset cut and mapped, and its fit run
     keras_fit    fit(): chooses the route, refuses what it cannot train
     compare    verify() / verify_fit(): the split program against the original, step by step
 """

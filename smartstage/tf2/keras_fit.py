@@ -21,7 +21,6 @@ it is, and `history.smartstage` (a NotSplit) says by how much. The verdict is ke
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -30,11 +29,10 @@ from typing import Any
 import tensorflow as tf
 
 from smartstage.errors import NothingToMoveError, SplitError
-from smartstage.tf2.attributes import overridden
 from smartstage.tf2.keras_split import KerasSplit, compile_like, graph_model, split_model
 from smartstage.tf2.keras_step import (TEST_STEP, TRAIN_STEP, ModelStepSplit, is_compiled, keras_family, model_key,
-                                       replaced_steps, split_model_step, step_function, steps_per_execution)
-from smartstage.tf2.replicas import distributing, substituting
+                                       replaced_steps, split_model_step, steps_per_execution)
+from smartstage.tf2.placement import Placement, placement_of, step_function
 from smartstage.tf2.trial import Verdict, time_eager_steps, time_split, time_steps
 from smartstage.tf2.user_state import check_state_on, model_state_variables, unchanged
 
@@ -112,12 +110,6 @@ def _check_dataset(name: str, dataset) -> None:
                          "labels) (tf.data.Dataset.from_tensor_slices((x, y)).batch(n) for arrays)")
 
 
-def _strategy(model):
-    """The model's tf.distribute strategy, None for the default one."""
-    strategy = model.distribute_strategy
-    return None if type(strategy).__name__ == "_DefaultDistributionStrategy" else strategy
-
-
 def _check_arguments(model, fit_kwargs: dict) -> None:
     import difflib
     import inspect
@@ -144,20 +136,7 @@ def _uses_stock_steps(model) -> bool:
     return all(getattr(type(model), m) is getattr(keras.Model, m) for m in (TRAIN_STEP, TEST_STEP))
 
 
-def _build_for(model, dataset: tf.data.Dataset, strategy=None) -> None:
-    """A Keras 3 model, its optimizer, loss and metrics built for the raw batches (under its strategy), as
-    model.fit would build them, before Keras sees the split's elements; SplitError when they do not build."""
-    with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        try:
-            model._symbolic_build(data_batch=dataset.element_spec)
-        except Exception as e:  # model.fit would fail on these batches too
-            raise SplitError(f"fit(): model {model.name!r} does not build for the dataset's element_spec "
-                             f"{dataset.element_spec!r} ({type(e).__name__}: {str(e).strip().splitlines()[0]}); "
-                             "make the dataset yield what model.fit takes, (features, labels) or (features, "
-                             "labels, sample_weight), with every input the model has") from e
-
-
-def _layer_split(model, dataset: tf.data.Dataset, deterministic: bool) -> KerasSplit | None:
+def _layer_split(model, dataset: tf.data.Dataset, deterministic: bool, placement: Placement) -> KerasSplit | None:
     """The cached or new layer-level split of a Keras 3 functional model with stock steps; None when the layer
     route does not apply (another kind of model). SplitError when no layer can move."""
     if keras_family(model) != "keras" or not _uses_stock_steps(model):
@@ -166,11 +145,10 @@ def _layer_split(model, dataset: tf.data.Dataset, deterministic: bool) -> KerasS
         graph_model(model)
     except SplitError:
         return None
-    strategy = _strategy(model)
     # The model's own compile state is built before the trainer updates the metric objects they share, so
     # model.evaluate() resets them as after model.fit (and reports the evaluation only).
-    _build_for(model, dataset, strategy)
-    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+    placement.build(model, dataset)
+    with placement.scope():
         key = (model_key(model, None), deterministic)
         cached = _LAYER_SPLITS.get(id(model))
         if cached is not None and cached[0] == key and cached[1].model is model:
@@ -202,11 +180,13 @@ def _check_pays(model, verdict: Verdict) -> None:
     logger.info("fit(%s): %s", model.name, verdict.text())
 
 
-def _timed(model, halves, dataset: tf.data.Dataset, measure: bool, tf_data_service: str | None) -> None:
+def _timed(model, halves, dataset: tf.data.Dataset, measure: bool, tf_data_service: str | None,
+           placement: Placement) -> None:
     """Times a new split against the model's own train step (once per split: the verdict is kept with it);
     NothingToMoveError when it does not pay. Not timed: measure=False, a tf.data service (the trial would
-    run a job on it) and a distribution strategy (its variables are not copied)."""
-    if not measure or tf_data_service is not None or _strategy(model) is not None:
+    run a job on it) and a placement the trial does not time (a distribution strategy: its variables are not
+    copied)."""
+    if not measure or tf_data_service is not None or not placement.timed:
         return
     if TRAIN_STEP not in halves.trials:
         per_call = steps_per_execution(model)
@@ -237,38 +217,9 @@ def _fit_layers(model, halves: KerasSplit, dataset, validation_data, callbacks, 
     return history
 
 
-def _check_strategy(model, strategy, tf_data_service) -> None:
-    """SplitError for a strategy the step route does not split: only MirroredStrategy (one worker) is."""
-    if not isinstance(strategy, tf.distribute.MirroredStrategy):
-        raise SplitError(f"fit(): model {model.name!r} trains under {type(strategy).__name__}, and SmartStage splits "
-                         "a distributed train step under tf.distribute.MirroredStrategy only; train it with "
-                         "model.fit, or under MirroredStrategy")
-    if tf_data_service is not None:
-        raise SplitError(f"fit(): model {model.name!r} trains under {type(strategy).__name__}, whose replicas each "
-                         "read their own slice of the batch, and a tf.data service job hands out whole batches; "
-                         "drop tf_data_service=, or train without the strategy")
-
-
-@contextlib.contextmanager
-def _built_from(model, strategy, dataset: tf.data.Dataset):
-    """For the duration, a Keras 3 model under a strategy builds from the raw element spec (built already by
-    _build_for), not from a first distributed batch: that batch is the boundary, averaged over the replicas."""
-    if keras_family(model) != "keras":
-        yield
-        return
-
-    def maybe_symbolic_build(iterator=None, data_batch=None):
-        _build_for(model, dataset, strategy)
-
-    with overridden(model, _maybe_symbolic_build=maybe_symbolic_build):
-        yield
-
-
-def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tf_data_service, measure, check,
-               fit_kwargs):
-    strategy = _strategy(model)
-    if strategy is not None:
-        _check_strategy(model, strategy, tf_data_service)
+def _fit_steps(model, placement: Placement, dataset, validation_data, callbacks, deterministic, tf_data_service,
+               measure, check, fit_kwargs):
+    placement.check_steps(model, tf_data_service)
     if model.run_eagerly:
         raise SplitError(f"fit(): model {model.name!r} is compiled with run_eagerly=True, which runs its train step "
                          "as Python on every batch, and a split step is a traced function; compile it with "
@@ -276,43 +227,23 @@ def _fit_steps(model, dataset, validation_data, callbacks, deterministic, tf_dat
     class_weight = fit_kwargs.pop("class_weight", None)
     if class_weight is not None:
         dataset = _with_class_weight(model, dataset, class_weight)
-    if strategy is not None and keras_family(model) == "keras":
-        _build_for(model, dataset, strategy)
+    placement.prepare_steps(model, dataset)
     with unchanged(f"fit({model.name!r}) deciding its split", model, (dataset, validation_data), on=check):
-        train = split_model_step(model, TRAIN_STEP, dataset, deterministic=deterministic, strategy=strategy)
-        _timed(model, train, dataset, measure, tf_data_service)
+        train = split_model_step(model, TRAIN_STEP, dataset, deterministic=deterministic, placement=placement)
+        _timed(model, train, dataset, measure, tf_data_service, placement)
         test = None
         if validation_data is not None:
             try:
                 test = split_model_step(model, TEST_STEP, validation_data, deterministic=deterministic,
-                                        strategy=strategy)
+                                        placement=placement)
             except NothingToMoveError:
                 logger.info("fit(%s): nothing of the test step can move; validation runs as model.evaluate",
                             model.name)
     logger.info("fit(%s): step route, %d op(s) of the train step moved", model.name, len(train.split.moved))
     splits = {TRAIN_STEP: train} if test is None else {TRAIN_STEP: train, TEST_STEP: test}
-    if strategy is None:
-        with replaced_steps(model, splits):
-            history = model.fit(train.map(dataset, tf_data_service), callbacks=callbacks,
-                                validation_data=validation_data if test is None else test.map(validation_data),
-                                **fit_kwargs)
-    else:
-        # Keras keeps the raw datasets (element spec, steps, an iterator per epoch) and distributes the mapped
-        # per-replica ones in their place; each replica's step is traced with the prefetched values.
-        mapped = {id(dataset): train.map(dataset)}
-        if test is not None:
-            mapped[id(validation_data)] = test.map(validation_data)
-        try:
-            with replaced_steps(model, splits), substituting(), distributing(strategy, mapped), \
-                    _built_from(model, strategy, dataset):
-                history = model.fit(dataset, callbacks=callbacks, validation_data=validation_data, **fit_kwargs)
-        except Exception as e:
-            # A replica's trace refused inside Keras's train function arrives rewrapped by autograph.
-            for part in splits.values():
-                refused, part.split.step.refused = part.split.step.refused, None
-                if refused is not None:
-                    raise refused from e
-            raise
+    with replaced_steps(model, splits):
+        history = placement.run_fit(model, train, test, dataset, validation_data, callbacks, tf_data_service,
+                                    fit_kwargs)
     history.smartstage = StepFit(train, test)
     return history
 
@@ -355,6 +286,7 @@ def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | N
 
         tf_data_service = check_address(tf_data_service)
     check = check_state_on(check_state)
+    placement = placement_of(model)
     try:
         if isinstance(split, NotSplit):  # a fit that trained the model as it is: again
             raise NothingToMoveError(split.summary(), reason=split.reason)
@@ -366,12 +298,12 @@ def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | N
                              "and fit decides again")
         with unchanged(f"fit({model.name!r}) deciding its split", model, (dataset, validation_data),
                        on=check and split is None):
-            halves = split or _layer_split(model, dataset, deterministic)
+            halves = split or _layer_split(model, dataset, deterministic, placement)
             if halves is not None and split is None:
-                _timed(model, halves, dataset, measure, tf_data_service)
+                _timed(model, halves, dataset, measure, tf_data_service, placement)
         if halves is None:
-            return _fit_steps(model, dataset, validation_data, callbacks, deterministic, tf_data_service, measure,
-                              check, dict(fit_kwargs))
+            return _fit_steps(model, placement, dataset, validation_data, callbacks, deterministic, tf_data_service,
+                              measure, check, dict(fit_kwargs))
     except NothingToMoveError as e:
         # Splitting would only add a map, or was timed slower: the model trains exactly as model.fit trains it,
         # and says why.

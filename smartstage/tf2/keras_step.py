@@ -33,9 +33,8 @@ import tensorflow as tf
 
 from smartstage.errors import SplitError
 from smartstage.tf2.attributes import overridden
-from smartstage.tf2.functions import mapped_dataset
-from smartstage.tf2.replicas import per_replica_dataset, split_replicated
-from smartstage.tf2.split import SplitStep, split
+from smartstage.tf2.placement import ONE_DEVICE, Placement
+from smartstage.tf2.split import SplitStep
 
 logger = logging.getLogger(__name__)
 
@@ -149,28 +148,23 @@ class ModelStepSplit:
     split: SplitStep
     key: tuple = field(repr=False)
     keep_alive: tuple = field(default=(), repr=False)  # the compile objects the key names by identity
-    strategy: Any = field(default=None, repr=False)  # the tf.distribute strategy it was split for (replicas.py)
+    placement: Placement = field(default=ONE_DEVICE, repr=False)  # where the model's variables live (placement.py)
     trials: dict = field(default_factory=dict, repr=False, compare=False)  # fit()'s timed Verdict, kept with the split
     functions: dict = field(default_factory=dict, repr=False, compare=False)  # what Keras built around the main side
 
     def map(self, dataset: tf.data.Dataset, tf_data_service: str | None = None) -> tf.data.Dataset:
         """`dataset` (raw batches with this split's element spec) mapped by the prefetch side, then prefetched;
         under a strategy, its per-replica slices are (smartstage.tf2.replicas)."""
-        if self.strategy is not None:
-            dataset = per_replica_dataset(self.strategy, dataset)
-        return mapped_dataset(dataset, self.split.prefetch_function, deterministic=self.split.deterministic,
-                              tf_data_service=tf_data_service)
+        return self.placement.map(dataset, self.split, tf_data_service)
 
     def step(self, element):
         """The main side on one mapped element (the boundary tensors)."""
         return self.split.step(element)
 
     def summary(self) -> str:
-        where = "" if self.strategy is None else (
-            f" under {type(self.strategy).__name__} ({self.strategy.num_replicas_in_sync} replicas; the moved ops "
-            "of one replica's step, run on each replica's slice of the batch)")
         timed = [f"timed: {v.text()}" for v in self.trials.values()]
-        return "\n".join([f"Keras model {self.model_name!r}, {self.method} split at op level{where}:",
+        return "\n".join([f"Keras model {self.model_name!r}, {self.method} split at op level"
+                          f"{self.placement.describe()}:",
                           self.split.summary()] + timed)
 
     def explain(self, node: str):
@@ -186,26 +180,9 @@ class ModelStepSplit:
         """
         from smartstage.tf2.compare import verify
 
-        if self.strategy is not None:
-            raise SplitError(f"verify(): {self.model_name}.{self.method} is split for {type(self.strategy).__name__}, "
-                             "whose replicas only Keras's loop runs; compare ss.tf2.fit with model.fit under the "
-                             "strategy instead (the History and the weights)")
+        self.placement.check_verify(f"{self.model_name}.{self.method}")
         return verify(self.split.traced.function, dataset, steps=steps,
                       split=dataclasses.replace(self.split, dataset=self.map(dataset)))
-
-
-def step_function(model, method: str, autograph: bool):
-    """A tf.function of the model class's own step method; it holds the model weakly (the cache holds it)."""
-    ref = weakref.ref(model)
-    impl = getattr(type(model), method)
-
-    def model_step(data):
-        # Keras's loop hands the step a fresh structure each batch (next(iterator)), so a step may pop or add
-        # keys (tfrs.Model.compute_loss pops its labels); a copy of the containers keeps that allowed here.
-        return impl(ref(), tf.nest.map_structure(lambda tensor: tensor, data))
-
-    model_step.__name__ = f"{type(model).__name__}_{method}"
-    return tf.function(model_step, autograph=autograph)
 
 
 def _innermost(error: Exception) -> str:
@@ -217,28 +194,24 @@ def _innermost(error: Exception) -> str:
 
 
 def split_model_step(model, method: str, dataset: tf.data.Dataset, *, deterministic: bool = True,
-                     strategy=None) -> ModelStepSplit:
+                     placement: Placement = ONE_DEVICE) -> ModelStepSplit:
     """The model's `method` ("train_step" or "test_step") traced for `dataset` and split, or the cached split
-    when nothing it depends on changed (model_key). With `strategy` (a MirroredStrategy the model lives in),
-    the step is split per replica (smartstage.tf2.replicas).
+    when nothing it depends on changed (model_key). `placement` (placement.placement_of(model)) traces and
+    splits it: one tf.function, or per replica under a MirroredStrategy (smartstage.tf2.replicas).
 
         before:  model.train_step(raw_batch)
         after:   s = split_model_step(model, "train_step", ds);  s.step(element) for element in s.map(ds)
     """
     cached = _CACHE.get(model, {}).get(method)
     if cached is not None and cached.key == model_key(model, dataset.element_spec) \
-            and cached.split.deterministic == deterministic and cached.strategy is strategy:
+            and cached.split.deterministic == deterministic and cached.placement.strategy is placement.strategy:
         logger.info("%s.%s: split reused", model.name, method)
         return cached
     family = keras_family(model)
     try:
         # Keras 3 traces its step without autograph (do_not_convert), tf_keras with it: trace as each does.
-        if strategy is not None:
-            halves = split_replicated(model, method, dataset, strategy, autograph=family == "tf_keras",
+        halves = placement.split_step(model, method, dataset, autograph=family == "tf_keras",
                                       deterministic=deterministic)
-        else:
-            step = step_function(model, method, autograph=family == "tf_keras")
-            halves = split(step, dataset, deterministic=deterministic, state=[model], jit_compile=False)
     except SplitError:
         raise
     except Exception as e:  # the model's own step does not trace for these batches: model.fit would fail too
@@ -249,7 +222,7 @@ def split_model_step(model, method: str, dataset: tf.data.Dataset, *, determinis
     # Keyed after the split: its trace builds the variables of a model not built yet.
     result = ModelStepSplit(model_name=model.name, method=method, split=halves,
                             key=model_key(model, dataset.element_spec),
-                            keep_alive=_compile_objects(model), strategy=strategy)
+                            keep_alive=_compile_objects(model), placement=placement)
     _CACHE.setdefault(model, {})[method] = result
     return result
 
@@ -276,5 +249,4 @@ def replaced_steps(model, splits: dict[str, ModelStepSplit]) -> Iterator[None]:
 
 
 __all__ = ["ModelStepSplit", "TEST_STEP", "TRAIN_STEP", "compile_identity", "is_compiled", "keras_family",
-           "steps_per_execution",
-           "model_key", "replaced_steps", "split_model_step", "step_function"]
+           "steps_per_execution", "model_key", "replaced_steps", "split_model_step"]
