@@ -17,3 +17,11 @@ def graph():
         yield g
 
 tf.get_logger().setLevel("ERROR")  # deprecation notices of the queue-based input pipelines
+
+
+def pytest_collection_modifyitems(config, items):
+    """Modules with a test marked slow come first, each module's order kept: the suite runs on several
+    pytest-xdist workers, each taking whole modules in collection order, and the longest modules would
+    otherwise start last and run alone at the end."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)

@@ -19,6 +19,8 @@ import pytest
 
 from tests.benchmark_runs import SMOKE_SECONDS, run_benchmark
 
+pytestmark = pytest.mark.slow  # runs benchmarks or training jobs in subprocesses: started first (tests/conftest.py)
+
 
 def _latest(out_dir: Path, stem: str) -> dict:
     return json.loads((out_dir / f"{stem}-latest.json").read_text())

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.benchmark_runs import SMOKE_SECONDS, run_benchmark
+
+pytestmark = pytest.mark.slow  # runs benchmarks or training jobs in subprocesses: started first (tests/conftest.py)
 
 
 def test_second_session_smoke_measures_both_sessions_of_both_runs(tmp_path):

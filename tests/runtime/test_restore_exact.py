@@ -17,6 +17,8 @@ import pytest
 
 from tests.runtime.restore_counts import kill_and_resume
 
+pytestmark = pytest.mark.slow  # runs benchmarks or training jobs in subprocesses: started first (tests/conftest.py)
+
 
 def _assert_exact(counts) -> None:
     assert counts.resumed_ended, "the resumed job did not reach the end of input"

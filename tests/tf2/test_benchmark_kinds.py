@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.tf2_kinds import KINDS
 from tests.benchmark_runs import SMOKE_SECONDS, run_benchmark
+
+pytestmark = pytest.mark.slow  # runs benchmarks or training jobs in subprocesses: started first (tests/conftest.py)
 
 
 def test_smoke_measures_every_kind_and_plots(tmp_path):

@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 RECORD = "strategy_steps.json"
 KINDS = ("ctr_tf_keras", "ranking_tf_keras", "custom_step_tf_keras", "keras3_numeric", "custom_step_keras3",
          "ctr_steps_per_execution", "ranking_class_weight")
@@ -166,6 +168,7 @@ def _child(out: Path) -> None:
     (out / RECORD).write_text(json.dumps(record))
 
 
+@pytest.mark.slow
 def test_step_route_under_mirrored_strategy_is_model_fit_under_it(run_eager_child):
     record = run_eager_child(__file__, RECORD)
     assert record["slices"] and all(record["slices"].values()), record["slices"]
