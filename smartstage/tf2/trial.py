@@ -208,7 +208,9 @@ def _guarded(split, unsplit, in_function: bool, rounds: int | None, seconds: flo
     started = time.perf_counter() if started is None else started
     try:
         verdict = _time_programs(split, unsplit, in_function, rounds, seconds, threshold, started, steps_per_call)
-        return dataclasses.replace(verdict, seconds=time.perf_counter() - started)
+        verdict = dataclasses.replace(verdict, seconds=time.perf_counter() - started)
+        logger.info("trial: %s", verdict.text())  # with its wall time, known only now
+        return verdict
     except (StopIteration, tf.errors.OutOfRangeError):
         return Verdict(skipped="the dataset yields no batch", threshold=_threshold(threshold))
     except Exception as e:  # a failing trial must not fail the training it only advises: the split is kept
@@ -249,10 +251,8 @@ def _time_programs(split, unsplit, in_function: bool, rounds: int | None, second
         order = list(programs) if round_ % 2 == 0 else list(reversed(programs))
         for name in order:
             rates[name].append(_run(programs[name][0], iterators[name], steps))
-    verdict = Verdict(tuple(rates["split"]), tuple(rates["unsplit"]), threshold=_threshold(threshold),
-                      steps_per_call=per_call)
-    logger.info("trial: %s", verdict.text())
-    return verdict
+    return Verdict(tuple(rates["split"]), tuple(rates["unsplit"]), threshold=_threshold(threshold),
+                   steps_per_call=per_call)
 
 
 def time_split(halves, dataset: tf.data.Dataset, *, in_function: bool = False, rounds: int | None = None,

@@ -232,3 +232,11 @@ def test_fit_times_the_model_as_compiled_with_steps_per_execution(quick_trial, m
     assert seen == [2] and history.smartstage.train.trials["train_step"].steps_per_call == 2
     assert history.history["loss"] == expected.history["loss"]
     assert_same_weights(model, reference)
+
+
+def test_the_logged_verdict_states_the_trials_wall_time(quick_trial, caplog):
+    step, _, _, dataset = _ids_step()
+    with caplog.at_level("INFO", logger="smartstage.tf2.trial"):
+        verdict = trial.time_programs((step, dataset), (step, dataset))
+    assert verdict.seconds > 0.1  # the warm-up alone runs 0.5 s
+    assert f"the trial took {verdict.seconds:.1f} s" in caplog.text
