@@ -16,19 +16,7 @@ import json
 import sys
 
 from benchmarks.report import Spread
-
-LABELS = {"smart": "SmartStage", "smart_lanes": "SmartStage on lanes", "smart_prefetch": "SmartStage + tf.data prefetch",
-          "auto_stage": "SmartStage auto-stage", "auto_stage_lanes": "SmartStage auto-stage on lanes"}
-
-
-def _workload_name(w: dict) -> str:
-    name = f"{w['model']}/{w['variant']}"
-    if w.get("device_ms"):
-        name += f" {w['device_ms']:g} ms"
-    if w.get("read_latency_ms"):
-        name += f" (read {w['read_latency_ms']:g} ms)"
-    return name
-
+from benchmarks.runners import CONFIGS_BY_NAME, Workload
 
 def _of_limit(run: dict) -> dict[tuple[str, str], dict]:
     figures = {}
@@ -36,7 +24,7 @@ def _of_limit(run: dict) -> dict[tuple[str, str], dict]:
         for config, targets in workload.get("targets", {}).items():
             spread = targets.get("of_limit") or {}
             if spread.get("n"):
-                figures[(_workload_name(workload["workload"]), config)] = spread
+                figures[(Workload(**workload["workload"]).name, config)] = spread
     return figures
 
 
@@ -55,7 +43,8 @@ def e2e_table(old: dict, new: dict) -> str:
         old_text = Spread(**before[key]).text(2) if key in before else "-"
         new_text = Spread(**after[key]).text(2) if key in after else "-"
         met = "-" if key not in after else ("yes" if after[key]["median"] >= 0.9 else f"no ({after[key]['median']:.3f})")
-        lines.append(f"| {key[0]} | {LABELS.get(key[1], key[1])} | {old_text} | {new_text} | {met} |")
+        label = CONFIGS_BY_NAME[key[1]].label if key[1] in CONFIGS_BY_NAME else key[1]
+        lines.append(f"| {key[0]} | {label} | {old_text} | {new_text} | {met} |")
     return "\n".join(lines)
 
 
