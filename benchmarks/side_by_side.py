@@ -6,7 +6,9 @@
 e2e and accelerator runs (`benchmarks.e2e`): per workload and configuration at the defaults, the fraction of
 min(bare step, CPU bound) the configuration reached (median and range over the run's interleaved repeats).
 Scaling runs (`benchmarks.scaling`): per size, optimize()'s CPU seconds and their ratio to import_graph_def's
-in the same run. Each run's figures are its own; neither is re-measured here.
+in the same run. TF2 runs (`benchmarks.tf2`): per model kind and setting, SmartStage's ratios to the in-model
+step and to the hand-written map (median and range over the rounds). Strategy runs (`benchmarks.tf2_strategy`):
+per kind and setting, ss.tf2.fit / model.fit. Each run's figures are its own; neither is re-measured here.
 """
 
 from __future__ import annotations
@@ -68,6 +70,50 @@ def scaling_table(old: dict, new: dict) -> str:
     return "\n".join(lines)
 
 
+def _setting(device_ms: float) -> str:
+    return "CPU" if not device_ms else f"device {device_ms:g} ms"
+
+
+def _ratio_rows(before: dict, after: dict, label: str) -> list[str]:
+    rows = []
+    for key in sorted(set(before) | set(after), key=lambda k: (k[0], k[1], k[2])):
+        old, new = before.get(key), after.get(key)
+        rows.append(f"| {key[0]} | {_setting(key[1])} | {label or key[2]} | "
+                    f"{Spread.of(old).text(2) if old else '-'} | {Spread.of(new).text(2) if new else '-'} |")
+    return rows
+
+
+def tf2_table(old: dict, new: dict) -> str:
+    """Markdown: per kind and setting, SmartStage's ratios (timed split; untimed split) old beside new."""
+    names = ("smartstage/in_model", "smartstage/handwritten", "split_untimed/in_model")
+
+    def ratios(run):
+        out = {}
+        kinds = {"dlrm_step": run.get("settings", [])} | dict(run.get("kinds", {}))
+        for kind, settings in kinds.items():
+            for setting in settings:
+                for name in names:
+                    values = setting.get("ratios", {}).get(name, {}).get("values")
+                    if values:
+                        out[(kind, setting["device_ms"], name)] = values
+        return out
+
+    lines = [f"| kind | setting | ratio | {_head(old)} | {_head(new)} |", "|---|---|---|---|---|"]
+    return "\n".join(lines + _ratio_rows(ratios(old), ratios(new), ""))
+
+
+def tf2_strategy_table(old: dict, new: dict) -> str:
+    """Markdown: per kind and setting, ss.tf2.fit / model.fit under the strategy, old beside new."""
+    def ratios(run):
+        return {(m["kind"], m["device_ms"], ""): m["ratios"] for m in run.get("measured", [])}
+
+    lines = [f"| kind | setting | ratio | {_head(old)} | {_head(new)} |", "|---|---|---|---|---|"]
+    return "\n".join(lines + _ratio_rows(ratios(old), ratios(new), "ss.tf2.fit / model.fit"))
+
+
+TABLES = {"scaling": scaling_table, "tf2": tf2_table, "tf2_strategy": tf2_strategy_table}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.side_by_side", description=__doc__.splitlines()[0])
     parser.add_argument("old", help="the older run's JSON (as published under docs/perf/)")
@@ -81,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"side_by_side: {args.old} is a {old.get('benchmark')!r} run and {args.new} a {new.get('benchmark')!r} "
               "run; give two runs of one benchmark", file=sys.stderr)
         return 2
-    print(scaling_table(old, new) if new.get("benchmark") == "scaling" else e2e_table(old, new))
+    print(TABLES.get(new.get("benchmark"), e2e_table)(old, new))
     return 0
 
 

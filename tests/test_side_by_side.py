@@ -45,3 +45,26 @@ def test_two_benchmarks_are_refused(tmp_path, capsys):
     new.write_text(json.dumps({"benchmark": "scaling"}))
     assert side_by_side.main([str(old), str(new)]) == 2
     assert "give two runs of one benchmark" in capsys.readouterr().err
+
+
+def test_tf2_runs_side_by_side_per_kind_setting_and_ratio():
+    def run(date, ratio):
+        setting = {"device_ms": 5.0, "ratios": {"smartstage/in_model": {"values": [ratio, ratio - 0.1, ratio + 0.1]}}}
+        return {"benchmark": "tf2", "machine": {"date": date, "load_average_at_start": [0.5]},
+                "settings": [setting], "kinds": {"tf_keras_functional": [dict(setting, device_ms=0.0)]}}
+
+    assert side_by_side.tf2_table(run("a", 1.0), run("b", 1.2)).splitlines()[2:] == [
+        "| dlrm_step | device 5 ms | smartstage/in_model | 1.00 (0.90-1.10) | 1.20 (1.10-1.30) |",
+        "| tf_keras_functional | CPU | smartstage/in_model | 1.00 (0.90-1.10) | 1.20 (1.10-1.30) |",
+    ]
+
+
+def test_tf2_strategy_runs_side_by_side_with_a_kind_only_one_run_has():
+    def run(date, kinds):
+        return {"benchmark": "tf2_strategy", "machine": {"date": date, "load_average_at_start": [0.5]},
+                "measured": [{"kind": k, "device_ms": 0.0, "ratios": [0.9, 1.0, 0.95]} for k in kinds]}
+
+    assert side_by_side.tf2_strategy_table(run("a", ["f"]), run("b", ["f", "s"])).splitlines()[2:] == [
+        "| f | CPU | ss.tf2.fit / model.fit | 0.95 (0.90-1.00) | 0.95 (0.90-1.00) |",
+        "| s | CPU | ss.tf2.fit / model.fit | - | 0.95 (0.90-1.00) |",
+    ]
