@@ -234,7 +234,7 @@ def report_text(result: dict[str, Any]) -> str:
                                  f"losses identical ({result['check_steps']} steps)"], rows))
     lines += ["", "Steps/s: median (min-max) of the rounds; ratios: median (min-max) of the per-round ratios. "
               "SmartStage is split(measure=True): the split is timed against the in-model step on copies of the "
-              "model's state (smartstage.tf2.trial) and kept only when it runs faster, as ss.tf2.fit does; "
+              "model's state (smartstage.tf2.step.trial) and kept only when it runs faster, as ss.tf2.fit does; "
               "\"split, measure=False\" is the split whatever the timing says.", "", "## Targets", ""]
     checks = []
     for setting in result["settings"]:

@@ -23,8 +23,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from smartstage.tf2 import split as split_step
-from smartstage.tf2.functions import IMPORT_SCOPE, main_function
+from smartstage.tf2.step import split as split_step
+from smartstage.tf2.step.functions import IMPORT_SCOPE, main_function
 
 VOCAB = [f"u{i}" for i in range(50)]
 

@@ -14,6 +14,7 @@ import gc
 import time
 from dataclasses import fields
 
+from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
 from smartstage.config.options import SmartStageOptions, options_from_config
@@ -137,6 +138,31 @@ def optimize(graph, config=None, *, targets=None, feeds=None, **overrides) -> Op
     """
     with _without_cycle_collection():
         return _optimize(graph, config, targets, feeds, overrides)
+
+
+def partition_at_inputs(graph_def: graph_pb2.GraphDef, inputs, targets, feeds=()) -> OptimizeResult:
+    """The partition of a graph whose boundary is its own input nodes (a TF2 step's function graph), run by
+    the same PassManager and Partition pass as optimize(): nothing is rewritten, the one partition and the
+    passes' reports are in the result (summary(), diff(), explain and the HTML report read it).
+
+    inputs: the input nodes in the order of the tensors they stand for (output 0 each); targets: what the step
+    runs; feeds: other nodes it feeds. TargetError / GraphError as passes.partition_inputs raises them.
+
+        before:  batch(Placeholder) -> hash -> lookup(w) -> loss
+        after:   partition_at_inputs(g, ["batch"], ["loss"]).partitions[0].moved == ("hash",)
+    """
+    from smartstage.passes.partition import Partition
+    from smartstage.passes.partition_inputs import InputBoundary
+
+    start = time.perf_counter()
+    options = options_from_config(None, do_smart_stage=True)
+    ctx = PassContext(options=options, targets={parse_tensor_name(n).node for n in targets},
+                      feeds={parse_tensor_name(n).node for n in feeds})
+    with _without_cycle_collection():
+        _, reports = PassManager([InputBoundary(inputs), Partition()], verify=False).run(graph_def, ctx)
+    return OptimizeResult(graph_def=graph_def, original_graph_def=graph_def, options=options,
+                          reports=tuple(reports), partitions=tuple(ctx.partitions), targets=frozenset(ctx.targets),
+                          seconds=time.perf_counter() - start)
 
 
 def _optimize(graph, config, targets, feeds, overrides) -> OptimizeResult:

@@ -137,7 +137,7 @@ def test_api_reference_builds(tmp_path: Path):
 
     for module, names in (("smartstage", smartstage.__all__), ("smartstage/tf2", smartstage.tf2.__all__)):
         page = (tmp_path / f"{module}.html").read_text()
-        # A name that is also a submodule's (smartstage.tf2.split) gets that module's page.
+        # A name that is also a submodule's (smartstage.tf2.step.split) gets that module's page.
         undocumented = [name for name in names
                         if f'id="{name}"' not in page and not (tmp_path / module / f"{name}.html").exists()]
         assert not undocumented, f"{module}.html has no entry for {undocumented}"

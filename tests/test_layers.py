@@ -9,6 +9,10 @@ its own layer, no modules import each other in a circle, and no module imports a
     cli, compat, smartstage/__init__    L5  the command and the facades
     examples                            --  model builders for the demo, tests and benchmarks (leaf)
 
+Inside smartstage.tf2, three rooms in order: step (one tf.function step split in two) < strategy (where a Keras
+model's variables live, replicas) < keras (fit and its routes); a room imports only the rooms before it, and
+the package's face (smartstage/tf2/__init__.py) loads its public names from the rooms.
+
 Inside the runtime, one door: smartstage.runtime.lanes (the ordered lanes, their producers, tuning and pools) is
 imported by its own modules and by smartstage.runtime.door only, so a session whose stages all folded never
 loads it (tests/runtime/test_lanes_door.py runs one).
@@ -37,6 +41,8 @@ SIBLINGS = {frozenset({"smartstage.passes", "smartstage.runtime"}),
             frozenset({"smartstage.inspection", "smartstage.session"})}
 # The lanes room and its one door: no other module of the package imports the room.
 LANES_ROOM, LANES_DOOR = "smartstage.runtime.lanes", "smartstage.runtime.door"
+# smartstage.tf2's rooms, lowest first: a room imports itself and the rooms before it only.
+TF2_ROOMS = ("smartstage.tf2.step", "smartstage.tf2.strategy", "smartstage.tf2.keras")
 # The one upward import allowed: OptimizeResult.diff() was public API before the layers existed.
 ALLOWED_UPWARD = {("smartstage.result", "smartstage.inspection.diff")}
 
@@ -169,6 +175,40 @@ def test_the_door_check_finds_a_module_that_walks_around_the_door(tmp_path):
         "session.py": "from smartstage.runtime.door import start\n",
     })
     assert door_breaches(import_graph(package)) == ["smartstage.runtime.hooks -> smartstage.runtime.lanes.producers"]
+
+
+def tf2_room_breaches(graph: nx.DiGraph) -> list[str]:
+    """`source -> target` for every import from one of smartstage.tf2's rooms into a later room, and every module
+    of smartstage.tf2 that stands in no room (the package's face excepted)."""
+    def room(module: str) -> int | None:
+        return next((k for k, unit in enumerate(TF2_ROOMS) if _in(module, unit)), None)
+
+    found = [f"{module} (in no room of {', '.join(TF2_ROOMS)})" for module in graph.nodes
+             if _in(module, "smartstage.tf2") and module != "smartstage.tf2" and room(module) is None]
+    for source, target in graph.edges:
+        if room(source) is not None and room(target) is not None and room(target) > room(source):
+            found.append(f"{source} -> {target}")
+    return sorted(found)
+
+
+def test_the_tf2_rooms_import_only_the_rooms_before_them():
+    breaches = tf2_room_breaches(import_graph())
+    assert not breaches, "smartstage.tf2 modules out of their room order (step < strategy < keras): " + \
+        ", ".join(breaches)
+
+
+def test_the_tf2_room_check_finds_an_import_into_a_later_room(tmp_path):
+    package = _package(tmp_path, {
+        "tf2/__init__.py": "",
+        "tf2/step/__init__.py": "",
+        "tf2/step/split.py": "def split():\n    from smartstage.tf2.keras.fit import fit\n",
+        "tf2/keras/__init__.py": "",
+        "tf2/keras/fit.py": "from smartstage.tf2.step.split import split\nfit = 1\n",
+        "tf2/loose.py": "",
+    })
+    assert tf2_room_breaches(import_graph(package)) == [
+        "smartstage.tf2.loose (in no room of smartstage.tf2.step, smartstage.tf2.strategy, smartstage.tf2.keras)",
+        "smartstage.tf2.step.split -> smartstage.tf2.keras.fit"]
 
 
 @pytest.mark.parametrize("graph_edges, expected", [

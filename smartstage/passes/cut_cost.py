@@ -29,7 +29,7 @@ Relative numbers (a loaded 2-core machine, 5 interleaved repeats): in the TF2 sp
 scalar cost 10-35 us per element (map output, prefetch, the iterator's Python tensors, one more argument of
 the step), recomputing a StridedSlice + Add of a shape in the step 2-4 us: RECOMPUTE_OP = 0.2 of a carried
 tensor. Bytes add little next to that below a few hundred KB (CARRY_PER_KB). The same 64 scalars packed into
-one int32[64] tensor cost about a quarter of carrying them apart (smartstage.tf2.functions.Packing).
+one int32[64] tensor cost about a quarter of carrying them apart (smartstage.tf2.step.functions.Packing).
 """
 
 from __future__ import annotations

@@ -165,3 +165,29 @@ def test_names_are_checked():
         partition_inputs(two_inputs(), ["words"], ["nope"])
     with pytest.raises(GraphError, match="'words' is an input and also a target"):
         partition_inputs(two_inputs(), ["words"], ["words"])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_pass_manager_route_gives_the_same_partition(case):
+    # optimize()'s PassManager running InputBoundary then Partition: the partition_inputs() verdict, the graph
+    # returned as it was given, one report per pass.
+    from smartstage.optimizer import partition_at_inputs
+
+    build, inputs, targets = CASES[case]
+    graph_def = build()
+    result = partition_at_inputs(graph_def, inputs, targets)
+    (got,) = result.partitions
+    want = partition_inputs(graph_def, inputs, targets)
+    assert (got.moved, dict(got.pinned), got.boundary_after, got.skipped) == \
+        (want.moved, dict(want.pinned), want.boundary_after, want.skipped)
+    assert result.graph_def is graph_def and not result.changed
+    assert [r.name for r in result.reports] == ["input_boundary", "partition"]
+    assert not any(r.changed for r in result.reports)
+
+
+def test_the_pass_manager_route_names_the_pass_that_refused():
+    from smartstage.optimizer import partition_at_inputs
+
+    with pytest.raises(GraphError, match=r"'words' is an input and also a target.*\[in pass 'input_boundary' "
+                                         r"\(the first pass\)\]"):
+        partition_at_inputs(two_inputs(), ["words"], ["words"])

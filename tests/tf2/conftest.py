@@ -31,10 +31,10 @@ def eager():
 
 @pytest.fixture(autouse=True)
 def state_checked(monkeypatch):
-    """Every TF2 test runs with the state check on (smartstage.tf2.user_state): whatever decides a split
+    """Every TF2 test runs with the state check on (smartstage.tf2.step.user_state): whatever decides a split
     (analysis, tracing, the trial) raises StateChangedError if it changes the user's variables, seeds,
     generators or the next iteration of the user's dataset."""
-    from smartstage.tf2.user_state import CHECK_STATE_ENV
+    from smartstage.tf2.step.user_state import CHECK_STATE_ENV
 
     monkeypatch.setenv(CHECK_STATE_ENV, "1")
 
@@ -42,13 +42,13 @@ def state_checked(monkeypatch):
 @pytest.fixture(autouse=True)
 def fit_splits_untimed(monkeypatch):
     """ss.tf2.fit times a new split against the model's own step and keeps the faster program
-    (smartstage.tf2.trial), which depends on the machine's load. Tests of what fit splits, and of its values,
+    (smartstage.tf2.step.trial), which depends on the machine's load. Tests of what fit splits, and of its values,
     split whatever the timing says (measure=False); tests/tf2/test_trial.py tests the timing itself through
-    smartstage.tf2.keras_fit.fit."""
+    smartstage.tf2.keras.fit.fit."""
     import functools
 
     import smartstage.tf2
-    from smartstage.tf2 import keras_fit
+    from smartstage.tf2.keras import fit as keras_fit
 
     monkeypatch.setattr(smartstage.tf2, "fit", functools.partial(keras_fit.fit, measure=False))
 

@@ -61,7 +61,7 @@ def assert_same_partition(got, want):
 @pytest.fixture
 def analyses(monkeypatch):
     """Every Analysis the split routes compute while the test runs, with its traced step."""
-    from smartstage.tf2.analysis import analyse
+    from smartstage.tf2.step.analysis import analyse
 
     seen = []
 
@@ -70,7 +70,7 @@ def analyses(monkeypatch):
         seen.append((traced, analysis))
         return analysis
 
-    for module in ("smartstage.tf2.split", "smartstage.tf2.keras_split"):
+    for module in ("smartstage.tf2.step.split", "smartstage.tf2.keras.layers"):
         monkeypatch.setattr(sys.modules[module], "analyse", recorded)
     return seen
 

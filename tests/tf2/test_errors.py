@@ -114,7 +114,7 @@ def test_a_keras_model_with_nothing_to_move_trains_as_model_fit(subclassed, capl
     ds = tf.data.Dataset.from_tensor_slices((rows, np.ones((4, 1), "float32"))).batch(2)
     reference, model = _dense_only(subclassed), _dense_only(subclassed)
     expected = reference.fit(ds, epochs=2, verbose=0)
-    with caplog.at_level(logging.WARNING, logger="smartstage.tf2.keras_fit"):
+    with caplog.at_level(logging.WARNING, logger="smartstage.tf2.keras.fit"):
         history = sst.fit(model, ds, epochs=2, verbose=0)
     assert history.history == expected.history
     assert all(np.array_equal(a, b) for a, b in zip(reference.get_weights(), model.get_weights()))

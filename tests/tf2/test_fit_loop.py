@@ -15,7 +15,7 @@ import tensorflow as tf
 import tf_keras
 
 import smartstage.tf2 as sst
-from smartstage.tf2.keras_step import TRAIN_STEP, split_model_step
+from smartstage.tf2.keras.model_step import TRAIN_STEP, split_model_step
 from tests.tf2 import fit_models as fm
 from tests.tf2.fit_support import assert_same_weights, batch_losses, identical, raw_features  # noqa: F401
 from tests.tf2.keras_models import preprocessing_model, raw_dataset
@@ -87,7 +87,7 @@ def test_split_once_while_nothing_changes(factory, keys):
 @pytest.mark.parametrize("factory,keys", [(fm.ranking_tf_keras, ("user", "item")),
                                           (fm.keras3_subclassed, RANKER_KEYS)], ids=["tf_keras", "keras3"])
 def test_a_second_fit_traces_nothing_again(factory, keys, monkeypatch):
-    from smartstage.tf2 import functions
+    from smartstage.tf2.step import functions
 
     model = factory()
     split = sst.fit(model, fm.dataset(keys), epochs=1, verbose=0).smartstage.train
@@ -289,7 +289,7 @@ def test_the_split_cache_lets_a_model_go(factory, keys):
     import gc
     import weakref
 
-    from smartstage.tf2 import keras_step
+    from smartstage.tf2.keras import model_step as keras_step
 
     model = factory()
     split_model_step(model, TRAIN_STEP, fm.dataset(keys))

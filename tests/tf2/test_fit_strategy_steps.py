@@ -65,7 +65,7 @@ def _child(out: Path) -> None:
     tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False, "constant_folding": False})
 
     import smartstage.tf2 as sst
-    from smartstage.tf2.replicas import per_replica_dataset
+    from smartstage.tf2.strategy.replicas import per_replica_dataset
     from tests.tf2 import fit_models as fm
 
     # The per-replica slices against the dataset tf.distribute builds for the replicas of one worker.

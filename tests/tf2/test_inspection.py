@@ -14,7 +14,7 @@ from tensorflow.python.eager import context
 import smartstage.tf2 as sst
 from smartstage.inspection.render import json_report, text_report
 from smartstage.inspection.replay import AFTER_LAST_STEP, Run
-from smartstage.tf2.compare import compare_runs
+from smartstage.tf2.step.compare import compare_runs
 from tests.tf2.keras_models import preprocessing_model, raw_dataset as keras_dataset
 from tests.tf2.steps import dlrm_program, raw_dataset
 

@@ -1,4 +1,4 @@
-"""The placement of a Keras model (smartstage.tf2.placement): OneDevice under the default strategy and
+"""The placement of a Keras model (smartstage.tf2.strategy.placement): OneDevice under the default strategy and
 Distributed under a 2-replica MirroredStrategy, each asked every question fit asks it: the scope, the checks
 of the step route, whether the trial times, the build, how the step is split, how the dataset is cut and
 mapped, how fit runs, what the summary says, and whether verify() runs.
@@ -38,9 +38,9 @@ def _child(out: Path) -> None:
     tf.config.experimental.enable_op_determinism()
     tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False, "constant_folding": False})
 
-    from smartstage.tf2.keras_step import TRAIN_STEP, replaced_steps, split_model_step
-    from smartstage.tf2.placement import ONE_DEVICE, Distributed, OneDevice, placement_of
-    from smartstage.tf2.replica_step import ReplicaStep
+    from smartstage.tf2.keras.model_step import TRAIN_STEP, replaced_steps, split_model_step
+    from smartstage.tf2.strategy.placement import ONE_DEVICE, Distributed, OneDevice, placement_of
+    from smartstage.tf2.strategy.replica_step import ReplicaStep
     from tests.tf2 import fit_models as fm
 
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

@@ -1,4 +1,4 @@
-"""The pieces of the step route under a strategy that need no devices (smartstage.tf2.replica_keys, replica_step): structural keys
+"""The pieces of the step route under a strategy that need no devices (smartstage.tf2.strategy.replica_keys, replica_step): structural keys
 that agree between a GraphDef and a live trace, the check that no op reads the raw stand-ins unless it moved,
 and the search for a model's tables past the strategy it holds. The route itself, against model.fit under a
 2-replica MirroredStrategy: test_fit_strategy_steps.py.
@@ -14,8 +14,9 @@ import tensorflow as tf
 
 from smartstage.errors import SplitError
 from smartstage.graph.view import GraphView
-from smartstage.tf2 import replica_keys, replica_step
-from smartstage.tf2.state import static_tables
+from smartstage.tf2.strategy import replica_keys
+from smartstage.tf2.strategy import replica_step
+from smartstage.tf2.step.state import static_tables
 
 pytestmark = pytest.mark.usefixtures("eager")
 

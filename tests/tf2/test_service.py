@@ -153,7 +153,7 @@ def test_a_python_function_in_the_pipeline_is_refused_before_registering():
 
 @pytest.mark.parametrize("address", [5050, "", None])
 def test_a_bad_address_names_what_to_pass(address):
-    from smartstage.tf2.service import check_address
+    from smartstage.tf2.step.service import check_address
 
     with pytest.raises(ConfigError, match=r"tf_data_service=.*'grpc://host:port'"):
         check_address(address)
@@ -178,7 +178,7 @@ def test_the_old_spelling_num_parallel_calls_warns_and_means_the_same(monkeypatc
 
     from smartstage import tf2
 
-    split_module = importlib.import_module("smartstage.tf2.split")  # the module: tf2.split is the function
+    split_module = importlib.import_module("smartstage.tf2.step.split")  # the module: tf2.split is the function
 
     given, mapped = [], split_module.mapped_dataset
     monkeypatch.setattr(split_module, "mapped_dataset",

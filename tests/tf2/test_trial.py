@@ -1,4 +1,4 @@
-"""The trial (smartstage.tf2.trial): a split is timed against the step it came from on copies of the step's
+"""The trial (smartstage.tf2.step.trial): a split is timed against the step it came from on copies of the step's
 state, and fit() / split(measure=True) keep the faster program. Deciding changes no value: the user's
 variables are untouched by the trial, and whichever program is kept trains as model.fit does.
 
@@ -16,11 +16,12 @@ import pytest
 import tensorflow as tf
 
 from smartstage.errors import NothingToMoveError
-from smartstage.tf2 import keras_fit, trial
-from smartstage.tf2.keras_fit import NotSplit, StepFit
-from smartstage.tf2.split import split
-from smartstage.tf2.trial import Verdict, time_split
-from smartstage.tf2.user_state import iteration_changes
+from smartstage.tf2.keras import fit as keras_fit
+from smartstage.tf2.step import trial
+from smartstage.tf2.keras.fit import NotSplit, StepFit
+from smartstage.tf2.step.split import split
+from smartstage.tf2.step.trial import Verdict, time_split
+from smartstage.tf2.step.user_state import iteration_changes
 from tests.tf2 import fit_models as fm
 from tests.tf2.fit_support import assert_same_weights, batch_losses, identical  # noqa: F401
 
@@ -145,7 +146,7 @@ def test_an_empty_dataset_is_not_timed(quick_trial):
 
 
 def test_a_failing_trial_keeps_the_split_and_says_so(quick_trial, monkeypatch, caplog):
-    from smartstage.tf2 import functions
+    from smartstage.tf2.step import functions
 
     step, _, _, dataset = _ids_step()
     halves = split(step, dataset)
@@ -236,7 +237,7 @@ def test_fit_times_the_model_as_compiled_with_steps_per_execution(quick_trial, m
 
 def test_the_logged_verdict_states_the_trials_wall_time(quick_trial, caplog):
     step, _, _, dataset = _ids_step()
-    with caplog.at_level("INFO", logger="smartstage.tf2.trial"):
+    with caplog.at_level("INFO", logger="smartstage.tf2.step.trial"):
         verdict = trial.time_programs((step, dataset), (step, dataset))
     assert verdict.seconds > 0.1  # the warm-up alone runs 0.5 s
     assert f"the trial took {verdict.seconds:.1f} s" in caplog.text

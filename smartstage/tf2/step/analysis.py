@@ -1,32 +1,28 @@
-"""analysis: the step's function graph partitioned at its inputs by the v1 rules (passes.partition_inputs).
+"""analysis: the step's function graph partitioned at its inputs by the v1 passes (optimizer.partition_at_inputs).
 
     before (FuncGraph):  batch(Placeholder) -> hash -> lookup(w) -> loss
     analysis graph:      batch -> hash -> lookup(VarHandleOp w) -> loss      (captures named, nothing added)
     partition:           moved: hash; pinned: lookup (reads variable 'w'); boundary batch:0 -> hash:0
 
 The boundary is the function's data inputs: its placeholders play the role a v1 stage's take plays, and no
-stage is written into the graph. Captures are named by what they stand for (smartstage.tf2.state), and the
+stage is written into the graph; the PassManager runs InputBoundary and the Partition pass v1 graphs run. Captures are named by what they stand for (smartstage.tf2.step.state), and the
 targets are what the step runs: its outputs and control outputs. The result is an ordinary OptimizeResult
 whose one partition is at the inputs: summary(), diff(), explain and the HTML report all work on it.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from tensorflow.core.framework import graph_pb2
 
-from smartstage.config.options import enable_smart_stage, options_from_config
 from smartstage.graph.edits import EditLog, apply_to_graph_def
 from smartstage.graph.names import input_source
 from smartstage.graph.view import GraphView
-from smartstage.passes.manager import PassReport
-from smartstage.passes.partition import StagePartition, partition_line
-from smartstage.passes.partition_inputs import partition_inputs
+from smartstage.optimizer import partition_at_inputs
 from smartstage.result import OptimizeResult
-from smartstage.tf2.state import CapturedState, classify, random_state_edits, stand_ins
-from smartstage.tf2.trace import TracedStep
+from smartstage.tf2.step.state import CapturedState, classify, random_state_edits, stand_ins
+from smartstage.tf2.step.trace import TracedStep
 
 
 @dataclass(frozen=True)
@@ -109,15 +105,6 @@ def analysis_graph(traced: TracedStep, tables: dict[int, object],
     return graph_def, tuple(states)
 
 
-def inputs_result(graph_def: graph_pb2.GraphDef, partition: StagePartition, targets, seconds: float) -> OptimizeResult:
-    """The OptimizeResult of a partition at a graph's inputs: the graph itself before and after (the split
-    cuts it into two functions; nothing is rewritten in place), the one partition, one report."""
-    report = PassReport(name="partition_inputs", changed=False, seconds=seconds, summary=(partition_line(partition),),
-                        details=(partition,))
-    return OptimizeResult(graph_def=graph_def, original_graph_def=graph_def, options=options_from_config(
-        enable_smart_stage()), reports=(report,), partitions=(partition,), targets=frozenset(targets), seconds=seconds)
-
-
 def analyse(traced: TracedStep, tables: dict[int, object], read_only: bool = True) -> Analysis:
     """The step's partition at its inputs, by the v1 rules.
 
@@ -125,10 +112,8 @@ def analyse(traced: TracedStep, tables: dict[int, object], read_only: bool = Tru
         after:   analyse(traced, tables).result.summary()   # moved, pinned with reasons, boundary
     """
     graph_def, states = analysis_graph(traced, tables, read_only)
-    start = time.perf_counter()
-    partition = partition_inputs(graph_def, traced.inputs, traced.targets)
-    result = inputs_result(graph_def, partition, traced.targets, time.perf_counter() - start)
+    result = partition_at_inputs(graph_def, traced.inputs, traced.targets)
     return Analysis(graph_def=graph_def, result=result, states=states)
 
 
-__all__ = ["Analysis", "analyse", "analysis_graph", "inputs_result"]
+__all__ = ["Analysis", "analyse", "analysis_graph"]

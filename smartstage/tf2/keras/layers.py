@@ -1,4 +1,4 @@
-"""keras_split: a Keras 3 functional or Sequential model cut in two at layer level: the preprocessing layers
+"""layers: a Keras 3 functional or Sequential model cut in two at layer level: the preprocessing layers
 run in the dataset, the rest trains on the user's own layer objects.
 
     before:  raw -> StringLookup -> Hashing -> Normalization(adapted) -> Concatenate -> Dense -> Dense
@@ -9,7 +9,7 @@ Why layers, not ops: `fit` is Keras's loop (losses, metrics, callbacks, steps_pe
 a trainer that is a Keras model keeps all of it, and sharing layer objects shares every weight, so the
 user's model still holds its preprocessing and serves raw features after training. Which layers move is
 decided by the op-level partition: each call of a layer is traced alone (its inputs as the stage) and
-analysed like any step (smartstage.tf2.analysis); it moves when it has no trainable weights, reads only
+analysed like any step (smartstage.tf2.step.analysis); it moves when it has no trainable weights, reads only
 raw inputs or moved layers, is no model output, and the partition pins none of its ops (a write to
 state, a random draw, a trained variable). Otherwise it stays, with that reason.
 """
@@ -21,12 +21,16 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from smartstage.errors import NothingToMoveError, SplitError
-from smartstage.tf2.analysis import analyse
-from smartstage.tf2.state import static_tables
-from smartstage.tf2.trace import trace_step
+from smartstage.inspection.replay import Run
+from smartstage.tf2.step.analysis import analyse
+from smartstage.tf2.step.compare import StepCheck, check_readable, compare_runs, same_batches
+from smartstage.tf2.step.state import static_tables
+from smartstage.tf2.step.trace import trace_step
+from smartstage.tf2.step.user_state import SavedValues
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +69,7 @@ class KerasSplit:
 
     def map(self, dataset: tf.data.Dataset, tf_data_service: str | None = None) -> tf.data.Dataset:
         """`dataset` (x, (x, y) or (x, y, sample_weight)) with x replaced by the preprocessed features; with
-        `tf_data_service`, run on that dispatcher's workers (smartstage.tf2.service: at most once, no fixed order)."""
+        `tf_data_service`, run on that dispatcher's workers (smartstage.tf2.step.service: at most once, no fixed order)."""
         preprocessing = self.preprocessing
 
         def prefetch_side(x, *rest):
@@ -73,7 +77,7 @@ class KerasSplit:
             features = tuple(features) if isinstance(features, (list, tuple)) else (features,)
             return (features, *rest) if rest else features
 
-        from smartstage.tf2.functions import mapped_dataset
+        from smartstage.tf2.step.functions import mapped_dataset
 
         return mapped_dataset(dataset, prefetch_side, deterministic=self.deterministic, tf_data_service=tf_data_service)
 
@@ -227,4 +231,40 @@ def split_model(model, *, deterministic: bool = True) -> KerasSplit:
                       cut=tuple(t.name for t in cut), deterministic=deterministic, analyses=analyses)
 
 
-__all__ = ["KerasSplit", "LayerVerdict", "compile_like", "graph_model", "split_model"]
+def verify_fit(model, dataset: tf.data.Dataset, *, steps: int = 20, split=None) -> StepCheck:
+    """The Keras twin: `model.train_on_batch` on raw batches against the trainer on the mapped dataset, from
+    the same weights and optimizer state (both put back after each run); compares each step's logs and
+    then every weight. Both read the same first `steps` batches (same_batches).
+
+        before:  model.fit(ds)                          after:  ss.tf2.fit(model, ds)
+        check:   ss.tf2.verify_fit(model, ds, steps=20).identical
+    """
+    check_readable(dataset, "verify_fit")
+    halves = split or split_model(model)
+    compile_like(halves.trainer, model)
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    variables = list(model.variables) + list(model.optimizer.variables)
+    snapshot = SavedValues(variables)
+
+    def run(trainer, batches) -> Run:
+        result = Run(fetches=["loss"])
+        for batch in batches.take(steps):
+            x, *rest = batch
+            logs = trainer.train_on_batch(x, *rest, return_dict=True)
+            result.values.append([np.asarray(logs["loss"])])
+        result.ended = len(result.values) < steps
+        result.variables = {f"{i}:{v.path}": np.asarray(v.numpy()) for i, v in enumerate(variables)}
+        return result
+
+    batches = same_batches(dataset, steps)
+    try:
+        before = run(model, batches)
+        snapshot.restore()
+        after = run(halves.trainer, halves.map(batches))
+    finally:
+        snapshot.restore()
+    return StepCheck(compare_runs(before, after), halves)
+
+
+__all__ = ["KerasSplit", "LayerVerdict", "compile_like", "graph_model", "split_model", "verify_fit"]

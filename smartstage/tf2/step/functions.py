@@ -31,8 +31,8 @@ from tensorflow.core.framework import graph_pb2
 from smartstage.graph.edits import EditLog, apply_to_graph_def, drop_colocation
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.view import GraphView
-from smartstage.tf2.surgery import Sides
-from smartstage.tf2.trace import TracedStep
+from smartstage.tf2.step.surgery import Sides
+from smartstage.tf2.step.trace import TracedStep
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ IMPORT_SCOPE = "step"
 def _capture_map(graph_def: graph_pb2.GraphDef, traced: TracedStep,
                  handles: dict[int, Any] | None = None) -> dict[str, Any]:
     """{placeholder tensor: the user's captured tensor} for the captures this side still reads; `handles`
-    ({id(captured tensor): stand-in}) replaces some, so the function runs on copies (smartstage.tf2.trial)."""
+    ({id(captured tensor): stand-in}) replaces some, so the function runs on copies (smartstage.tf2.step.trial)."""
     names = {node.name for node in graph_def.node}
     handles = handles or {}
     return {f"{c.placeholder}:0": handles.get(id(c.external), c.external) for c in traced.captures
@@ -92,14 +92,14 @@ def _run_imported(graph_def: graph_pb2.GraphDef, input_map: dict[str, Any], capt
 def mapped_dataset(dataset: tf.data.Dataset, prefetch_fn: Callable, *, deterministic: bool,
                    num_threads: int = tf.data.AUTOTUNE, tf_data_service: str | None = None) -> tf.data.Dataset:
     """`dataset` through the prefetch side: a parallel map in input order (deterministic=True), on a tf.data
-    service dispatcher when one is named (smartstage.tf2.service), then prefetched.
+    service dispatcher when one is named (smartstage.tf2.step.service), then prefetched.
 
         before:  for batch in dataset: step(batch)
         after:   for element in mapped_dataset(dataset, prefetch_fn, deterministic=True): main_side(*element)
     """
     mapped = dataset.map(prefetch_fn, num_parallel_calls=num_threads, deterministic=deterministic)
     if tf_data_service is not None:
-        from smartstage.tf2.service import distribute_on_service
+        from smartstage.tf2.step.service import distribute_on_service
 
         mapped = distribute_on_service(mapped, tf_data_service)
     return mapped.prefetch(tf.data.AUTOTUNE)
@@ -246,7 +246,7 @@ def main_function(sides: Sides, traced: TracedStep, jit_compile: bool | None,
                   packing: Packing | None = None, handles: dict[int, Any] | None = None) -> Callable:
     """The main side as a tf.function of one dataset element (the boundary tensors, packed as `packing`
     says), returning what the step returned. `handles` ({id(captured tensor): stand-in}) runs it on other
-    resources than the user's (copies of the variables, smartstage.tf2.trial).
+    resources than the user's (copies of the variables, smartstage.tf2.step.trial).
 
         before:  loss = train_step(batch)
         after:   loss = main_function(sides, traced, None)(*element)   # same variables, same updates

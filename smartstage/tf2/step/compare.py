@@ -1,5 +1,5 @@
 """verify(): the split program against the original, step by step, from the same state (the Python twin of
-`smartstage verify` for TF2 steps and Keras models).
+`smartstage verify` for TF2 steps; its Keras twin, verify_fit, is smartstage.tf2.keras.layers').
 
     check = ss.tf2.verify(train_step, ds, steps=20)
     check.identical      # every output of every step, then every variable, bit-identical
@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from smartstage.inspection.replay import AFTER_LAST_STEP, Comparison, Mismatch, Run
-from smartstage.tf2.user_state import SavedValues, iteration_changes
+from smartstage.tf2.step.user_state import SavedValues, iteration_changes
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def _run(step, batches, steps: int, fetches: list[str], variables: list, unpack:
     return run
 
 
-def _readable(dataset: tf.data.Dataset, caller: str) -> None:
+def check_readable(dataset: tf.data.Dataset, caller: str) -> None:
     """SplitError when reading `dataset` would change what it yields to training afterwards (a shuffle that
     reshuffles each iteration, a generator, a function writing state): verify reads the batches it compares."""
     from smartstage.errors import SplitError
@@ -102,10 +102,10 @@ def verify(step, dataset: tf.data.Dataset, *, steps: int = 20, split=None, **spl
         before:  for batch in ds.take(20): step(batch)         # and by hand, the split loop
         after:   ss.tf2.verify(step, ds, steps=20).describe()  # "identical: 20 step(s), ..."
     """
-    from smartstage.tf2.functions import mapped_dataset
-    from smartstage.tf2.split import split as split_step
+    from smartstage.tf2.step.functions import mapped_dataset
+    from smartstage.tf2.step.split import split as split_step
 
-    _readable(dataset, "verify")
+    check_readable(dataset, "verify")
     halves = split or split_step(step, dataset, **split_kwargs)
     variables = list(halves.traced.variables)
     fetches = list(halves.traced.outputs)
@@ -114,7 +114,7 @@ def verify(step, dataset: tf.data.Dataset, *, steps: int = 20, split=None, **spl
     snapshot = SavedValues(variables)
     try:
         # the trace split() cut, not `step` itself: called on concrete batches, a tf.function traces for each
-        # batch shape, which is another program (smartstage.tf2.trace.untouched_copy)
+        # batch shape, which is another program (smartstage.tf2.step.trace.untouched_copy)
         before = _run(halves.traced.concrete, batches, steps, fetches, variables, halves.traced.unpack)
         snapshot.restore()
         after = _run(halves.step, mapped, steps, fetches, variables, unpack=False)
@@ -123,42 +123,4 @@ def verify(step, dataset: tf.data.Dataset, *, steps: int = 20, split=None, **spl
     return StepCheck(compare_runs(before, after), halves)
 
 
-def verify_fit(model, dataset: tf.data.Dataset, *, steps: int = 20, split=None) -> StepCheck:
-    """The Keras twin: `model.train_on_batch` on raw batches against the trainer on the mapped dataset, from
-    the same weights and optimizer state (both put back after each run); compares each step's logs and
-    then every weight. Both read the same first `steps` batches (same_batches).
-
-        before:  model.fit(ds)                          after:  ss.tf2.fit(model, ds)
-        check:   ss.tf2.verify_fit(model, ds, steps=20).identical
-    """
-    from smartstage.tf2.keras_split import compile_like, split_model
-
-    _readable(dataset, "verify_fit")
-    halves = split or split_model(model)
-    compile_like(halves.trainer, model)
-    if not model.optimizer.built:
-        model.optimizer.build(model.trainable_variables)
-    variables = list(model.variables) + list(model.optimizer.variables)
-    snapshot = SavedValues(variables)
-
-    def run(trainer, batches) -> Run:
-        result = Run(fetches=["loss"])
-        for batch in batches.take(steps):
-            x, *rest = batch
-            logs = trainer.train_on_batch(x, *rest, return_dict=True)
-            result.values.append([np.asarray(logs["loss"])])
-        result.ended = len(result.values) < steps
-        result.variables = {f"{i}:{v.path}": np.asarray(v.numpy()) for i, v in enumerate(variables)}
-        return result
-
-    batches = same_batches(dataset, steps)
-    try:
-        before = run(model, batches)
-        snapshot.restore()
-        after = run(halves.trainer, halves.map(batches))
-    finally:
-        snapshot.restore()
-    return StepCheck(compare_runs(before, after), halves)
-
-
-__all__ = ["StepCheck", "compare_runs", "same_batches", "verify", "verify_fit"]
+__all__ = ["StepCheck", "check_readable", "compare_runs", "same_batches", "verify"]

@@ -5,17 +5,17 @@
 
 Two routes, one partition (the op-level one of ss.tf2.split):
 - layers: a Keras 3 functional or Sequential model with the stock train and test steps is cut at layer level
-  (smartstage.tf2.keras_split). The trainer half is compiled like the model (its optimizer, loss and metric
+  (smartstage.tf2.keras.layers). The trainer half is compiled like the model (its optimizer, loss and metric
   objects, resolved jit_compile) and fit on the mapped dataset; the user's callbacks see the user's model.
 - steps: every other model (Keras 3 subclassed, tf_keras of any kind, an overridden train_step or test_step)
-  has its own train step split at op level (smartstage.tf2.keras_step), and its own `fit` runs on the mapped
+  has its own train step split at op level (smartstage.tf2.keras.model_step), and its own `fit` runs on the mapped
   dataset.
 
 Both routes reuse the split of the previous call while the model and the element spec are unchanged. Every
 refusal is a SplitError raised before the model, its compile state or the dataset is touched.
 
 With measure=True (the default) a new split is timed against the model's own step first, on copies of the
-model's state (smartstage.tf2.trial): when the split program runs slower, the model trains with model.fit as
+model's state (smartstage.tf2.step.trial): when the split program runs slower, the model trains with model.fit as
 it is, and `history.smartstage` (a NotSplit) says by how much. The verdict is kept with the split.
 """
 
@@ -29,12 +29,12 @@ from typing import Any
 import tensorflow as tf
 
 from smartstage.errors import NothingToMoveError, SplitError
-from smartstage.tf2.keras_split import KerasSplit, compile_like, graph_model, split_model
-from smartstage.tf2.keras_step import (TEST_STEP, TRAIN_STEP, ModelStepSplit, is_compiled, keras_family, model_key,
+from smartstage.tf2.keras.layers import KerasSplit, compile_like, graph_model, split_model
+from smartstage.tf2.keras.model_step import (TEST_STEP, TRAIN_STEP, ModelStepSplit, is_compiled, keras_family, model_key,
                                        replaced_steps, split_model_step, steps_per_execution)
-from smartstage.tf2.placement import Placement, placement_of, step_function
-from smartstage.tf2.trial import Verdict, time_eager_steps, time_split, time_steps
-from smartstage.tf2.user_state import check_state_on, model_state_variables, unchanged
+from smartstage.tf2.strategy.placement import Placement, placement_of, step_function
+from smartstage.tf2.step.trial import Verdict, time_eager_steps, time_split, time_steps
+from smartstage.tf2.step.user_state import check_state_on, model_state_variables, unchanged
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ _DATA_ARGUMENTS = {
     "batch_size": "batch the dataset itself (dataset.batch(n))",
     "validation_batch_size": "batch the validation dataset itself",
 }
-# Keras 3 models split at layer level, keyed like step splits (keras_step.model_key); an entry holds its model,
+# Keras 3 models split at layer level, keyed like step splits (model_step.model_key); an entry holds its model,
 # so the id names no other model while the entry lives, and only the last LAYER_SPLITS_KEPT models are kept.
 LAYER_SPLITS_KEPT = 8
 _LAYER_SPLITS: "OrderedDict[int, tuple[tuple, KerasSplit, Any]]" = OrderedDict()
@@ -260,7 +260,7 @@ def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | N
     keeps for the model, or trains it as it is), or a split_model() result. tf_data_service: a dispatcher address: the training dataset, preprocessing included,
     runs on tf.data service workers (validation data stays local). measure: time a new split against the
     model's own step on copies of its state (a few seconds, once per split) and train the model as it is when
-    the split runs slower (smartstage.tf2.trial); False splits whatever it measures. check_state: snapshot
+    the split runs slower (smartstage.tf2.step.trial); False splits whatever it measures. check_state: snapshot
     the user's state (variables, seeds and generators, the dataset's next iteration) before deciding and
     raise StateChangedError if deciding changed any of it (a debug check; default: SMARTSTAGE_CHECK_STATE=1
     in the environment turns it on). fit_kwargs: the rest of
@@ -271,7 +271,7 @@ def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | N
         after:   history = ss.tf2.fit(model, ds, epochs=3)
     """
     if "tfdata_service" in fit_kwargs:
-        from smartstage.tf2.service import renamed_service
+        from smartstage.tf2.step.service import renamed_service
 
         old = {"tfdata_service": fit_kwargs.pop("tfdata_service")}
         tf_data_service = renamed_service("fit()", tf_data_service, old)
@@ -282,7 +282,7 @@ def fit(model, dataset: tf.data.Dataset, *, validation_data: tf.data.Dataset | N
         raise SplitError("fit(): the data is the second argument, ss.tf2.fit(model, dataset, ...); drop x=")
     _check_arguments(model, fit_kwargs)
     if tf_data_service is not None:
-        from smartstage.tf2.service import check_address
+        from smartstage.tf2.step.service import check_address
 
         tf_data_service = check_address(tf_data_service)
     check = check_state_on(check_state)

@@ -11,7 +11,7 @@ tf.distribute strategy, so fit and the step route ask it instead of testing for 
   times the split.
 - Distributed(strategy): the model was made under a strategy's scope. The layer route builds and splits it
   under that scope; the step route splits under MirroredStrategy only (check_steps), one replica's step at a
-  time (smartstage.tf2.replicas), on the batches cut into per-replica slices; the trial does not run (it times
+  time (smartstage.tf2.strategy.replicas), on the batches cut into per-replica slices; the trial does not run (it times
   copies of the model's variables, and a mirrored variable is not one copy); verify() cannot run the split
   (only Keras's loop runs the replicas).
 """
@@ -27,10 +27,10 @@ from typing import Any, Iterator
 import tensorflow as tf
 
 from smartstage.errors import SplitError
-from smartstage.tf2.attributes import overridden
-from smartstage.tf2.functions import mapped_dataset
-from smartstage.tf2.replicas import distributing, per_replica_dataset, split_replicated, substituting
-from smartstage.tf2.split import SplitStep, split
+from smartstage.tf2.step.attributes import overridden
+from smartstage.tf2.step.functions import mapped_dataset
+from smartstage.tf2.strategy.replicas import distributing, per_replica_dataset, split_replicated, substituting
+from smartstage.tf2.step.split import SplitStep, split
 
 
 def step_function(model, method: str, autograph: bool):
@@ -56,7 +56,7 @@ class Placement(abc.ABC):
     """The questions fit asks where a model's variables live. The build and the map are the same around
     what each placement does differently (its scope, its slices of the batch)."""
 
-    strategy: Any  # the strategy a split is cached for (keras_step compares it by identity); None for the default
+    strategy: Any  # the strategy a split is cached for (keras.model_step compares it by identity); None for the default
     timed = True  # whether fit's trial may time a split of a model placed so (it runs on copies of the state)
 
     @abc.abstractmethod
@@ -76,7 +76,7 @@ class Placement(abc.ABC):
     def run_fit(self, model, train, test, dataset: tf.data.Dataset, validation_data, callbacks,
                 tf_data_service: str | None, fit_kwargs: dict):
         """The model's own fit on the splits `train` and `test` (ModelStepSplits; test may be None), while
-        keras_step.replaced_steps has their main sides in place; the History."""
+        keras.model_step.replaced_steps has their main sides in place; the History."""
 
     @abc.abstractmethod
     def describe(self) -> str:
@@ -133,7 +133,7 @@ class OneDevice(Placement):
 
     def run_fit(self, model, train, test, dataset: tf.data.Dataset, validation_data, callbacks,
                 tf_data_service: str | None, fit_kwargs: dict):
-        """model.fit on the mapped datasets (the split steps in place: keras_step.replaced_steps)."""
+        """model.fit on the mapped datasets (the split steps in place: keras.model_step.replaced_steps)."""
         return model.fit(train.map(dataset, tf_data_service), callbacks=callbacks,
                          validation_data=validation_data if test is None else test.map(validation_data),
                          **fit_kwargs)
@@ -190,7 +190,7 @@ class Distributed(Placement):
                 tf_data_service: str | None, fit_kwargs: dict):
         """model.fit on the raw datasets, whose distribution Keras is handed the mapped per-replica ones for;
         each replica's step is traced with the prefetched values (the split steps in place:
-        keras_step.replaced_steps). A replica's trace that was refused raises its SplitError."""
+        keras.model_step.replaced_steps). A replica's trace that was refused raises its SplitError."""
         # Keras keeps the raw datasets (element spec, steps, an iterator per epoch) and distributes the mapped
         # per-replica ones in their place.
         mapped = {id(dataset): train.map(dataset)}

@@ -10,7 +10,7 @@
    mapped by the prefetch side, and handed to Keras in place of its own distribution of the raw dataset
    (`distributing`), so replica r gets the boundary of the slice it would have got.
 3. Main side: the model's own step, traced by Keras per replica with the prefetched values in place of the
-   moved ops (smartstage.tf2.replica_step), matched to the reference by structure, never by name.
+   moved ops (smartstage.tf2.strategy.replica_step), matched to the reference by structure, never by name.
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ import tensorflow as tf
 from smartstage.errors import NothingToMoveError, SplitError
 from smartstage.graph.names import parse_tensor_name
 from smartstage.graph.view import GraphView
-from smartstage.tf2.analysis import Analysis, analyse
-from smartstage.tf2.attributes import overridden
-from smartstage.tf2.functions import element_specs, mapped_dataset, prefetch_function
-from smartstage.tf2.replica_keys import capture_key, reference_keys, tensor_key
-from smartstage.tf2.replica_step import ReplicaPlan, ReplicaStep, substituting
-from smartstage.tf2.split import SplitStep
-from smartstage.tf2.state import static_tables
-from smartstage.tf2.surgery import cut
-from smartstage.tf2.trace import TracedStep, trace_step
+from smartstage.tf2.step.analysis import Analysis, analyse
+from smartstage.tf2.step.attributes import overridden
+from smartstage.tf2.step.functions import element_specs, mapped_dataset, prefetch_function
+from smartstage.tf2.strategy.replica_keys import capture_key, reference_keys, tensor_key
+from smartstage.tf2.strategy.replica_step import ReplicaPlan, ReplicaStep, substituting
+from smartstage.tf2.step.split import SplitStep
+from smartstage.tf2.step.state import static_tables
+from smartstage.tf2.step.surgery import cut
+from smartstage.tf2.step.trace import TracedStep, trace_step
 
 logger = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from typing import Any, Callable, Iterator
 
 import tensorflow as tf
 
-from smartstage.tf2.state import READ_ONLY_TABLE, READ_ONLY_VARIABLE, VALUE, VARIABLE, CapturedState
-from smartstage.tf2.user_state import SavedValues, iteration_changes
+from smartstage.tf2.step.state import READ_ONLY_TABLE, READ_ONLY_VARIABLE, VALUE, VARIABLE, CapturedState
+from smartstage.tf2.step.user_state import SavedValues, iteration_changes
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class NotTimeable(Exception):
 @dataclass(frozen=True)
 class StateCopies:
     """Copies of the variables a step writes: `handles` maps id(captured handle) to the copy's handle (the
-    `handles` argument of smartstage.tf2.functions), and `variables` keeps the copies alive."""
+    `handles` argument of smartstage.tf2.step.functions), and `variables` keeps the copies alive."""
 
     handles: dict[int, Any]
     variables: tuple[Any, ...]
@@ -264,7 +264,7 @@ def time_split(halves, dataset: tf.data.Dataset, *, in_function: bool = False, r
         before:  ds2, step2 = ss.tf2.split(step, ds)
         after:   time_split(ss.tf2.split(step, ds), ds).text()   # "the split step ran 1.12x the unsplit one ..."
     """
-    from smartstage.tf2.functions import main_function, mapped_dataset, whole_step_function
+    from smartstage.tf2.step.functions import main_function, mapped_dataset, whole_step_function
 
     started = time.perf_counter()
     unread = _unread(dataset, threshold)
@@ -289,9 +289,9 @@ def _on_copies(step, dataset: tf.data.Dataset, roots: list) -> tuple[Callable, A
     """`step` (a tf.function of one element) traced for `dataset` and imported over copies of its state:
     (a callable of one element, the copies to keep alive). NotTimeable when its state cannot be copied."""
     from smartstage.graph.view import GraphView
-    from smartstage.tf2.functions import whole_step_function
-    from smartstage.tf2.state import classify, static_tables
-    from smartstage.tf2.trace import trace_step
+    from smartstage.tf2.step.functions import whole_step_function
+    from smartstage.tf2.step.state import classify, static_tables
+    from smartstage.tf2.step.trace import trace_step
 
     traced = trace_step(step, dataset.element_spec, check_retrace=False)
     states = classify(traced, GraphView(traced.graph_def), static_tables(roots), read_only=True)

@@ -1,4 +1,4 @@
-"""keras_step: a Keras model's own train (or test) step split at op level by the engine of ss.tf2.split, and
+"""model_step: a Keras model's own train (or test) step split at op level by the engine of ss.tf2.split, and
 fit() run by the model's own loop on the mapped dataset.
 
     before:  model.fit(ds, validation_data=val)            # model.train_step(raw batch) does the preprocessing
@@ -7,7 +7,7 @@ fit() run by the model's own loop on the mapped dataset.
 
 Any Keras model that fit() trains is covered, whatever builds its graph: Keras 3 or tf_keras, functional,
 Sequential or subclassed, with the stock or an overridden train_step. The step is traced for the dataset's
-element spec (`tf.function(type(model).train_step)`), partitioned like any TF2 step (smartstage.tf2.split),
+element spec (`tf.function(type(model).train_step)`), partitioned like any TF2 step (smartstage.tf2.step.split),
 and the moved part becomes a deterministic `dataset.map` + prefetch. During the call the model's
 `train_step`/`test_step` are instance attributes that run the main side, and its `train_function`/
 `test_function` are cleared so Keras builds them around the main side: callbacks, compiled losses and
@@ -32,9 +32,9 @@ from typing import Any, Iterator
 import tensorflow as tf
 
 from smartstage.errors import SplitError
-from smartstage.tf2.attributes import overridden
-from smartstage.tf2.placement import ONE_DEVICE, Placement
-from smartstage.tf2.split import SplitStep
+from smartstage.tf2.step.attributes import overridden
+from smartstage.tf2.strategy.placement import ONE_DEVICE, Placement
+from smartstage.tf2.step.split import SplitStep
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class ModelStepSplit:
 
     def map(self, dataset: tf.data.Dataset, tf_data_service: str | None = None) -> tf.data.Dataset:
         """`dataset` (raw batches with this split's element spec) mapped by the prefetch side, then prefetched;
-        under a strategy, its per-replica slices are (smartstage.tf2.replicas)."""
+        under a strategy, its per-replica slices are (smartstage.tf2.strategy.replicas)."""
         return self.placement.map(dataset, self.split, tf_data_service)
 
     def step(self, element):
@@ -173,12 +173,12 @@ class ModelStepSplit:
 
     def verify(self, dataset: tf.data.Dataset, *, steps: int = 20):
         """The model's own step on `dataset` against the split step on its mapped batches, from the same
-        variable values, put back afterwards (smartstage.tf2.compare.verify): trains nothing.
+        variable values, put back afterwards (smartstage.tf2.step.compare.verify): trains nothing.
 
             before:  history = ss.tf2.fit(model, ds)
             after:   history.smartstage.train.verify(ds, steps=10).identical
         """
-        from smartstage.tf2.compare import verify
+        from smartstage.tf2.step.compare import verify
 
         self.placement.check_verify(f"{self.model_name}.{self.method}")
         return verify(self.split.traced.function, dataset, steps=steps,
@@ -197,7 +197,7 @@ def split_model_step(model, method: str, dataset: tf.data.Dataset, *, determinis
                      placement: Placement = ONE_DEVICE) -> ModelStepSplit:
     """The model's `method` ("train_step" or "test_step") traced for `dataset` and split, or the cached split
     when nothing it depends on changed (model_key). `placement` (placement.placement_of(model)) traces and
-    splits it: one tf.function, or per replica under a MirroredStrategy (smartstage.tf2.replicas).
+    splits it: one tf.function, or per replica under a MirroredStrategy (smartstage.tf2.strategy.replicas).
 
         before:  model.train_step(raw_batch)
         after:   s = split_model_step(model, "train_step", ds);  s.step(element) for element in s.map(ds)

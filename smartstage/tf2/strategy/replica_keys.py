@@ -7,7 +7,7 @@ A key is a digest of what decides an op's value: its type, its attributes (not i
 `_` attributes) and its inputs' keys; an input of the step is its position, a constant is its value, a
 captured resource is the resource (the same table in every replica) and a captured value is its contents.
 Two ops with one key compute one value from the same batch, so a value computed for one stands for the
-other (smartstage.tf2.replica_step).
+other (smartstage.tf2.strategy.replica_step).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 Under a strategy the step's own code all-reduces the gradients, scales the loss by the number of replicas and
 updates mirrored variables, so the main side is the model's step as Keras traces it in each replica, not a
 graph imported once. ReplicaStep runs it on stand-ins of the raw slice (empty tensors of its spec), and
-while it traces, an op callback hands every op whose key (smartstage.tf2.replica_keys) is a boundary key of
+while it traces, an op callback hands every op whose key (smartstage.tf2.strategy.replica_keys) is a boundary key of
 the plan the prefetched value in its place. Afterwards every op that still reads a stand-in must be a moved
 op of the reference, whose value nothing else reads; else SplitError: the stand-ins never reach what the
 step computes or returns. Stateful ops among them (a table lookup) would still run; their inputs are
@@ -24,8 +24,8 @@ from typing import Any
 import tensorflow as tf
 
 from smartstage.errors import SplitError
-from smartstage.tf2.functions import Packing, unpack
-from smartstage.tf2.replica_keys import LiveKeys, input_key
+from smartstage.tf2.step.functions import Packing, unpack
+from smartstage.tf2.strategy.replica_keys import LiveKeys, input_key
 
 
 @dataclass(frozen=True)

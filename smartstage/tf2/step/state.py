@@ -34,7 +34,7 @@ from tensorflow.core.framework import attr_value_pb2, node_def_pb2, tensor_pb2
 from smartstage.graph.edits import EditLog
 from smartstage.graph.op_types import RANDOM_OPS, TABLE_READ_OPS
 from smartstage.graph.view import GraphView
-from smartstage.tf2.trace import TracedStep
+from smartstage.tf2.step.trace import TracedStep
 
 logger = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ dataset (a deterministic parallel map, then prefetch) and the step keeps the res
              for batch in split.dataset:  split.step(batch)        # or: ds2, step2 = split
              print(split.summary())                                 # moved, pinned with reasons, boundary
 
-The partition is the v1 one, at the step's inputs (smartstage.tf2.analysis), the two sides are cut by edit
-records (smartstage.tf2.surgery) and built into functions (smartstage.tf2.functions). Nothing of the user's is
+The partition is the v1 one, at the step's inputs (smartstage.tf2.step.analysis), the two sides are cut by edit
+records (smartstage.tf2.step.surgery) and built into functions (smartstage.tf2.step.functions). Nothing of the user's is
 changed: the step and dataset are as given, and split() raises SplitError before building anything.
 """
 
@@ -22,12 +22,12 @@ import tensorflow as tf
 
 from smartstage.config.renamed import SPLIT_RENAMES, renamed_arguments
 from smartstage.errors import NothingToMoveError, SplitError
-from smartstage.tf2.analysis import Analysis, analyse
-from smartstage.tf2.functions import main_function, mapped_dataset, prefetch_function
-from smartstage.tf2.state import static_tables, step_roots
-from smartstage.tf2.surgery import Sides, cut
-from smartstage.tf2.trace import TracedStep, trace_step
-from smartstage.tf2.trial import time_split
+from smartstage.tf2.step.analysis import Analysis, analyse
+from smartstage.tf2.step.functions import main_function, mapped_dataset, prefetch_function
+from smartstage.tf2.step.state import static_tables, step_roots
+from smartstage.tf2.step.surgery import Sides, cut
+from smartstage.tf2.step.trace import TracedStep, trace_step
+from smartstage.tf2.step.trial import time_split
 
 logger = logging.getLogger(__name__)
 
@@ -44,18 +44,18 @@ class SplitStep:
     analysis: Analysis
     sides: Sides
     deterministic: bool = True
-    tf_data_service: str | None = None  # the dispatcher the dataset runs on (smartstage.tf2.service)
+    tf_data_service: str | None = None  # the dispatcher the dataset runs on (smartstage.tf2.step.service)
     num_threads: int = tf.data.AUTOTUNE  # the map's threads (its num_parallel_calls)
     main_function: Any = field(default=None, repr=False)  # the tf.function behind `step`
     prefetch_function: Callable | None = field(default=None, repr=False)  # the map function
-    trial: Any = None  # with split(measure=True): the timed Verdict (smartstage.tf2.trial)
+    trial: Any = None  # with split(measure=True): the timed Verdict (smartstage.tf2.step.trial)
 
     def __iter__(self):
         return iter((self.dataset, self.step))
 
     @property
     def result(self):
-        """The OptimizeResult of the step's analysis graph (smartstage.tf2.analysis)."""
+        """The OptimizeResult of the step's analysis graph (smartstage.tf2.step.analysis)."""
         return self.analysis.result
 
     @property
@@ -89,7 +89,7 @@ class SplitStep:
         lines.append(f"dataset: map(prefetch side, num_parallel_calls={threads}, {order}).prefetch(AUTOTUNE), "
                      f"{width} tensor(s) per element{packed}")
         if self.tf_data_service:
-            from smartstage.tf2.service import service_line
+            from smartstage.tf2.step.service import service_line
 
             lines.append(service_line(self.tf_data_service))
         if self.trial is not None:
@@ -131,8 +131,8 @@ def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, 
     (its num_parallel_calls; AUTOTUNE: tf.data picks). state: objects holding the step's tables when
     its closure does not reach them (a model, a module). check_retrace: trace twice to catch Python state.
     tf_data_service: a dispatcher address ("grpc://host:port"): the dataset, moved part included, runs on
-    tf.data service workers (at most once, no fixed order across workers: smartstage.tf2.service).
-    measure: time the split loop against the step's own on copies of its state (smartstage.tf2.trial, a few
+    tf.data service workers (at most once, no fixed order across workers: smartstage.tf2.step.service).
+    measure: time the split loop against the step's own on copies of its state (smartstage.tf2.step.trial, a few
     seconds) and raise NothingToMoveError when the split runs slower; the verdict is in `.trial`.
     renamed: `tfdata_service=` and `num_parallel_calls=`, the old spellings of tf_data_service= and
     num_threads= (a FutureWarning).
@@ -147,7 +147,7 @@ def split(step, dataset, *, deterministic: bool = True, read_only: bool = True, 
             hint="see help(smartstage.tf2.split)").values()
     _check_dataset(dataset)
     if tf_data_service is not None:
-        from smartstage.tf2.service import check_address
+        from smartstage.tf2.step.service import check_address
 
         tf_data_service = check_address(tf_data_service)
     traced = trace_step(step, dataset.element_spec, check_retrace=check_retrace)
