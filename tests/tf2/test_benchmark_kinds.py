@@ -1,6 +1,8 @@
 """The TF2 benchmark's smoke mode on every Keras model kind (benchmarks/tf2_kinds.py): each kind's three
 programs measured on the CPU and on the emulated accelerator, SmartStage's losses equal to the unmodified
-model's, the report's table and the plot written.
+model's, the report's table and the plot written; the strategy benchmark's smoke (ss.tf2.fit against
+model.fit under two replicas) and the routes benchmark's (fit's layer route and step route, both equal to
+model.fit).
 
     python -m benchmarks.tf2 --smoke --kinds tf_keras_functional,tf_keras_subclassed,keras3_subclassed,keras3_featurespace
 """
@@ -46,3 +48,17 @@ def test_strategy_smoke_compares_fit_and_model_fit_under_two_replicas(tmp_path):
         assert m["losses_identical"] and m["weights_identical"] and m["moved"] > 0, m["kind"]
         assert len(m["ratios"]) == 2 and all(r > 0 for r in m["ratios"]), m["kind"]
     assert "| tf_keras_subclassed | device 5 ms |" in (tmp_path / "tf2-strategy-latest.md").read_text()
+
+
+def test_routes_smoke_trains_both_routes_as_model_fit(tmp_path):
+    #   python -m benchmarks.tf2_routes --smoke --kinds keras3_functional: layer and step route beside model.fit
+    #   (the run fails, exit 1, when a route's losses or weights differ from model.fit's)
+    run_benchmark("tf2_routes", tmp_path, "--smoke", "--kinds", "keras3_functional",
+                  quiet_seconds=SMOKE_SECONDS["tf2_routes --kinds keras3_functional"])
+    result = json.loads((tmp_path / "tf2-routes-latest.json").read_text())
+    assert [(m["kind"], m["device_ms"]) for m in result["measured"]] == [("keras3_functional", 0.0),
+                                                                         ("keras3_functional", 5.0)]
+    for m in result["measured"]:
+        assert m["losses_identical"] == m["weights_identical"] == {"layer_route": True, "step_route": True}
+        assert len(m["ratios"]["layer_over_step"]) == 2 and all(r > 0 for r in m["ratios"]["layer_over_step"])
+    assert result["command"].endswith("--smoke --kinds keras3_functional")
