@@ -17,8 +17,8 @@ train_step; the preprocessing layers in a hand-written map and a second model on
 split of the model's train_step. Each on the host CPU (device_ms=0) and with the model's compute on an emulated accelerator (a host-idle wait of
 device_ms per step, benchmarks/accelerator.py, and a tiny model on the host: tf2_model.on_device). Per setting: the
 first steps' losses of the three programs are compared bit for bit; then `repeats` rounds, each timing every
-program for `steps` steps in a rotated order (interleaved: a load change hits all three), and the ratios are taken
-within each round. Reported: median and range of steps/s and of the ratios, the machine's load, and the targets
+program for `steps` steps in a rotated order (interleaved: a load change hits all three), each after the other
+programs' pipelines have refilled their buffers (settle()), and the ratios are taken within each round. Reported: median and range of steps/s and of the ratios, the machine's load, and the targets
 (>= 0.95x hand-written everywhere, >= 1.3x in-model where the limit allows it).
 """
 
@@ -82,6 +82,20 @@ class Program:
             loss = self.step(next(self.iterator))
         float(loss)
         return steps / (time.perf_counter() - start)
+
+
+def settle(limit_seconds: float = 5.0, window: float = 0.1, idle_share: float = 0.1) -> float:
+    """Waits until this process's threads use less than `idle_share` of one core over `window` seconds (at most
+    `limit_seconds`); the seconds waited. Every program keeps its iterator between its timed runs, and a
+    program's tf.data threads refill its prefetch buffer after it stops: without the wait, the program timed
+    next would pay for that refill."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < limit_seconds:
+        cpu = time.process_time()
+        time.sleep(window)
+        if time.process_time() - cpu < idle_share * window:
+            break
+    return time.perf_counter() - start
 
 
 def smartstage_programs(step: Callable, untimed_step: Callable, raw: tf.data.Dataset,
@@ -168,6 +182,7 @@ def measure(files, options: Tf2Options, mode: Mode, kind: str = STEP_KIND) -> di
     for round_ in range(mode.repeats):
         order = PROGRAMS[round_ % len(PROGRAMS):] + PROGRAMS[:round_ % len(PROGRAMS)]
         for name in order:
+            settle()
             rates[name].append(programs[name].timed(mode.steps))
         loads.append(load_average())
     ratios = {
