@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
               "machine": machine_info(), "measured": measured,
               "command": "python -m benchmarks.tf2_routes" + {"full": "", "quick": " --quick",
                                                                 "smoke": " --smoke"}[mode_name]
-                         + ("" if kinds == list(KINDS) else f" --kinds {','.join(kinds)}"),
+                         + ("" if kinds == list(KINDS) else f" --kinds {','.join(kinds)}")
+                         + (f" --repeats {args.repeats}" if args.repeats else ""),
               "settings_mode": f"{mode.rows} rows, batch {options.batch_size}, {mode.repeats} rounds of one "
                                f"{mode.steps}-step fit call per program after a {mode.check}-step call that "
                                "compares the values",

@@ -165,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                 measured.append(measure(kind, files, on_device(options, device_ms), mode, strategy))
     result = {"benchmark": "tf2_strategy", "mode": mode_name, "date": time.strftime("%Y-%m-%d"), "machine": machine_info(), "measured": measured,
               "command": "python -m benchmarks.tf2_strategy" + {"full": "", "quick": " --quick",
-                                                                  "smoke": " --smoke"}[mode_name],
+                                                                  "smoke": " --smoke"}[mode_name]
+                         + (f" --repeats {args.repeats}" if args.repeats else ""),
               "settings_mode": f"{mode.rows} rows, batch {options.batch_size} (split over {REPLICAS} replicas, "
                                "gradients reduced to one device), "
                                f"{mode.repeats} rounds of one {mode.steps}-step fit call per program after a "
