@@ -23,32 +23,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import logging
 import tempfile
 import time
-from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, Iterator
+
+from benchmarks.fit_rounds import FitMode, add_mode_arguments, batch_losses, chosen_mode, command_line, fit_rounds
 
 KINDS = ("keras3_functional", "keras3_featurespace")
 PROGRAMS = ("model_fit", "layer_route", "step_route")
 TITLES = {"model_fit": "model.fit", "layer_route": "layer route", "step_route": "step route"}
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Mode:
-    rows: int
-    steps: int
-    check: int
-    repeats: int
-
-
-MODES = {"full": Mode(rows=60_000, steps=300, check=20, repeats=7),
-         "quick": Mode(rows=20_000, steps=60, check=10, repeats=5),
-         "smoke": Mode(rows=3_000, steps=4, check=3, repeats=2)}
 
 
 @contextlib.contextmanager
@@ -64,24 +50,9 @@ def step_route_only() -> Iterator[None]:
         keras_fit._layer_split = layer_split
 
 
-class LossPerStep:
-    """Keras callback: the loss Keras logs after each batch (a running mean over the epoch)."""
-
-    def __new__(cls):
-        import keras
-
-        class Recorder(keras.callbacks.Callback):
-            def __init__(self):
-                super().__init__()
-                self.losses: list[float] = []
-
-            def on_train_batch_end(self, batch, logs=None):
-                self.losses.append(float(logs["loss"]))
-
-        return Recorder()
 
 
-def measure(kind: str, files, options, mode: Mode) -> dict[str, Any]:
+def measure(kind: str, files, options, mode: FitMode) -> dict[str, Any]:
     """One kind in one setting: losses and weights compared, then interleaved timed rounds."""
     import numpy as np
 
@@ -101,7 +72,7 @@ def measure(kind: str, files, options, mode: Mode) -> dict[str, Any]:
         with route:
             return sst.fit(model, data, epochs=1, verbose=0, measure=False, callbacks=list(callbacks))
 
-    recorders = {p: LossPerStep() for p in PROGRAMS}
+    recorders = {p: batch_losses(models[p]) for p in PROGRAMS}
     histories = {p: run(p, mode.check, [recorders[p]]) for p in PROGRAMS}  # traces each and splits once
     routes = {p: type(histories[p].smartstage).__name__ for p in PROGRAMS[1:]}
     expected = {"layer_route": "KerasSplit", "step_route": "StepFit"}
@@ -112,21 +83,10 @@ def measure(kind: str, files, options, mode: Mode) -> dict[str, Any]:
     weights = {p: all(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
                       for a, b in zip(models["model_fit"].get_weights(), models[p].get_weights()))
                for p in PROGRAMS[1:]}
-    rates: dict[str, list[float]] = {p: [] for p in PROGRAMS}
-    ratios: dict[str, list[float]] = {"layer_route": [], "step_route": [], "layer_over_step": []}
-    for k in range(mode.repeats):
-        order = PROGRAMS[k % len(PROGRAMS):] + PROGRAMS[:k % len(PROGRAMS)]
-        round_rates = {}
-        for program in order:
-            gc.collect()  # the previous call's iterators (and their tf.data threads) end before the clock starts
-            start = time.perf_counter()
-            run(program, mode.steps)
-            round_rates[program] = mode.steps / (time.perf_counter() - start)
-        for program, rate in round_rates.items():
-            rates[program].append(rate)
-        ratios["layer_route"].append(round_rates["layer_route"] / round_rates["model_fit"])
-        ratios["step_route"].append(round_rates["step_route"] / round_rates["model_fit"])
-        ratios["layer_over_step"].append(round_rates["layer_route"] / round_rates["step_route"])
+    rates = fit_rounds(run, PROGRAMS, mode.steps, mode.repeats)
+    ratios = {"layer_route": [a / b for a, b in zip(rates["layer_route"], rates["model_fit"])],
+              "step_route": [a / b for a, b in zip(rates["step_route"], rates["model_fit"])],
+              "layer_over_step": [a / b for a, b in zip(rates["layer_route"], rates["step_route"])]}
     return {"kind": kind, "device_ms": options.device_ms, "losses_identical": losses, "weights_identical": weights,
             "rates": rates, "ratios": ratios}
 
@@ -159,13 +119,8 @@ def report_text(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rows and steps")
-    parser.add_argument("--smoke", action="store_true", help="the smallest run")
-    parser.add_argument("--device-ms", type=float, default=5.0, help="the emulated accelerator's ms per step")
+    add_mode_arguments(parser, "tf2-routes")
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}")
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--publish", action="store_true", help="also write docs/perf/tf2-routes.{json,md}")
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = sorted(set(kinds) - set(KINDS))
@@ -180,8 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     tf.config.experimental.enable_op_determinism()
     tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    mode_name = "smoke" if args.smoke else "quick" if args.quick else "full"
-    mode = replace(MODES[mode_name], repeats=args.repeats or MODES[mode_name].repeats)
+    mode_name, mode = chosen_mode(args)
     options = Tf2Options()
     measured = []
     load_at_start = load_average()
@@ -193,10 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                 measured.append(measure(kind, files, on_device(options, device_ms), mode))
     result = {"benchmark": "tf2_routes", "mode": mode_name, "date": time.strftime("%Y-%m-%d"),
               "machine": machine_info(), "measured": measured,
-              "command": "python -m benchmarks.tf2_routes" + {"full": "", "quick": " --quick",
-                                                                "smoke": " --smoke"}[mode_name]
-                         + ("" if kinds == list(KINDS) else f" --kinds {','.join(kinds)}")
-                         + (f" --repeats {args.repeats}" if args.repeats else ""),
+              "command": command_line("tf2_routes", args,
+                                      *([] if kinds == list(KINDS) else ["--kinds", ",".join(kinds)])),
               "settings_mode": f"{mode.rows} rows, batch {options.batch_size}, {mode.repeats} rounds of one "
                                f"{mode.steps}-step fit call per program after a {mode.check}-step call that "
                                "compares the values",

@@ -20,13 +20,12 @@ timed by fit (measure=True keeps it), so this is the number that says whether it
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import tempfile
 import time
-from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
+
+from benchmarks.fit_rounds import FitMode, add_mode_arguments, chosen_mode, command_line, fit_rounds
 
 REPLICAS = 2
 KINDS = ("tf_keras_functional", "tf_keras_subclassed")
@@ -34,19 +33,6 @@ PROGRAMS = ("model_fit", "smartstage_fit")
 TITLES = {"model_fit": "model.fit", "smartstage_fit": "ss.tf2.fit"}
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Mode:
-    rows: int
-    steps: int
-    check: int
-    repeats: int
-
-
-MODES = {"full": Mode(rows=60_000, steps=300, check=20, repeats=7),
-         "quick": Mode(rows=20_000, steps=40, check=10, repeats=5),
-         "smoke": Mode(rows=3_000, steps=4, check=3, repeats=2)}
 
 
 def _configure_devices() -> None:
@@ -59,7 +45,7 @@ def _configure_devices() -> None:
     tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
 
 
-def measure(kind: str, files, options, mode: Mode, strategy) -> dict[str, Any]:
+def measure(kind: str, files, options, mode: FitMode, strategy) -> dict[str, Any]:
     """One kind in one setting: losses compared, then interleaved timed rounds."""
     import numpy as np
 
@@ -84,19 +70,8 @@ def measure(kind: str, files, options, mode: Mode, strategy) -> dict[str, Any]:
     weights = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(models["model_fit"].get_weights(),
                                                                       models["smartstage_fit"].get_weights()))
     split = histories["smartstage_fit"].smartstage
-    rates: dict[str, list[float]] = {p: [] for p in PROGRAMS}
-    ratios = []
-    for k in range(mode.repeats):
-        order = PROGRAMS if k % 2 == 0 else PROGRAMS[::-1]
-        round_rates = {}
-        for program in order:
-            gc.collect()  # the previous call's iterators (and their tf.data threads) end before the clock starts
-            start = time.perf_counter()
-            run(program, mode.steps)
-            round_rates[program] = mode.steps / (time.perf_counter() - start)
-        for program, rate in round_rates.items():
-            rates[program].append(rate)
-        ratios.append(round_rates["smartstage_fit"] / round_rates["model_fit"])
+    rates = fit_rounds(run, PROGRAMS, mode.steps, mode.repeats)
+    ratios = [s / m for s, m in zip(rates["smartstage_fit"], rates["model_fit"])]
     return {"kind": kind, "device_ms": options.device_ms, "losses_identical": identical,
             "weights_identical": weights, "moved": len(split.train.split.moved),
             "boundary": len(split.train.split.boundary), "rates": rates, "ratios": ratios}
@@ -134,12 +109,7 @@ def report_text(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rows and steps")
-    parser.add_argument("--smoke", action="store_true", help="the smallest run (the tests')")
-    parser.add_argument("--device-ms", type=float, default=5.0, help="the emulated accelerator's ms per step")
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--publish", action="store_true", help="also write docs/perf/tf2-strategy.{json,md}")
+    add_mode_arguments(parser, "tf2-strategy")
     args = parser.parse_args(argv)
     _configure_devices()
     import tensorflow as tf
@@ -149,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     from smartstage.examples import prepare_criteo
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    mode_name = "smoke" if args.smoke else "quick" if args.quick else "full"
-    mode = replace(MODES[mode_name], repeats=args.repeats or MODES[mode_name].repeats)
+    mode_name, mode = chosen_mode(args)
     # Reduction to one device: with the default collective all-reduce on logical CPU devices, whole fit calls of
     # model.fit alone ran at 1/2 or 1/4 of the others' rate (steps/s clustered at 14, 28, 55 and 110).
     strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(REPLICAS)],
@@ -164,9 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                 logger.info("measuring %s, device_ms=%g", kind, device_ms)
                 measured.append(measure(kind, files, on_device(options, device_ms), mode, strategy))
     result = {"benchmark": "tf2_strategy", "mode": mode_name, "date": time.strftime("%Y-%m-%d"), "machine": machine_info(), "measured": measured,
-              "command": "python -m benchmarks.tf2_strategy" + {"full": "", "quick": " --quick",
-                                                                  "smoke": " --smoke"}[mode_name]
-                         + (f" --repeats {args.repeats}" if args.repeats else ""),
+              "command": command_line("tf2_strategy", args),
               "settings_mode": f"{mode.rows} rows, batch {options.batch_size} (split over {REPLICAS} replicas, "
                                "gradients reduced to one device), "
                                f"{mode.repeats} rounds of one {mode.steps}-step fit call per program after a "

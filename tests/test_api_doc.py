@@ -81,7 +81,7 @@ reached = [ss.runtime.run_initializer, ss.run_initializer, ss.GraphView, ss.Loop
            ss.tf2.NotSplit, ss.tf2.StepFit, ss.tf2.KerasSplit, ss.tf2.same_batches, ss.inspection.loopback,
            ss.graph.view.GraphView, ss.InputTaskError, ss.text_report]
 assert ss.run_initializer is ss.runtime.run_initializer and ss.GraphView is ss.graph.view.GraphView
-assert ss.tf2.same_batches is ss.tf2.compare.same_batches
+assert ss.tf2.same_batches is ss.tf2.step.compare.same_batches
 print("ok")
 """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")

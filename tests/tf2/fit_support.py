@@ -1,5 +1,6 @@
 """What the ss.tf2.fit tests share: the settings under which two programs give bit-identical floats, a callback
-that records every batch's loss for either Keras, and comparisons.
+that records every batch's loss for either Keras (benchmarks.fit_rounds.batch_losses, which the fit
+benchmarks compare with), and comparisons.
 
     pytestmark = pytest.mark.usefixtures("eager", "identical")
     losses = batch_losses(model); model.fit(ds, callbacks=[losses]); losses.losses -> [0.69, 0.68, ...]
@@ -12,6 +13,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
 
+from benchmarks.fit_rounds import batch_losses  # noqa: F401  (the tests import it from here)
 from tests.tf2 import fit_models as fm
 
 
@@ -36,22 +38,6 @@ def identical():
             tf_config.disable_op_determinism()
 
 
-def batch_losses(model):
-    """A callback of the model's Keras (Keras 3 or tf_keras) that records every training batch's loss."""
-    import keras
-    import tf_keras
-
-    base = keras.callbacks.Callback if isinstance(model, keras.Model) else tf_keras.callbacks.Callback
-
-    class BatchLosses(base):
-        def __init__(self):
-            super().__init__()
-            self.losses: list[float] = []
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.losses.append(float(logs["loss"]))
-
-    return BatchLosses()
 
 
 def assert_same_weights(expected_model, model) -> None:

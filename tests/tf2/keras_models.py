@@ -54,12 +54,3 @@ def preprocessing_model(learning_rate: float = 0.01) -> keras.Model:
     return model
 
 
-class BatchLosses(keras.callbacks.Callback):
-    """Every batch's logged loss, in order."""
-
-    def __init__(self):
-        super().__init__()
-        self.losses: list[float] = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.losses.append(float(logs["loss"]))

@@ -15,7 +15,8 @@ import tensorflow as tf
 from tensorflow.python.eager import context
 
 import smartstage.tf2 as sst
-from tests.tf2.keras_models import BatchLosses, preprocessing_model, raw_arrays, raw_dataset
+from tests.tf2.fit_support import batch_losses
+from tests.tf2.keras_models import preprocessing_model, raw_arrays, raw_dataset
 
 pytestmark = pytest.mark.usefixtures("eager")
 EPOCHS = 7  # 8 batches an epoch: 56 steps
@@ -29,9 +30,11 @@ def trained():
 
 
 def _train_both():
-    reference, reference_losses = preprocessing_model(), BatchLosses()
+    reference = preprocessing_model()
+    reference_losses = batch_losses(reference)
     reference.fit(raw_dataset(), epochs=EPOCHS, callbacks=[reference_losses], verbose=0)
-    model, losses = preprocessing_model(), BatchLosses()
+    model = preprocessing_model()
+    losses = batch_losses(model)
     # untimed: a module fixture is set up before conftest's fit_splits_untimed applies
     history = sst.fit(model, raw_dataset(), epochs=EPOCHS, callbacks=[losses], verbose=0, measure=False)
     return reference, model, reference_losses.losses, losses.losses, history
@@ -105,7 +108,8 @@ def test_fit_with_its_preprocessing_on_tf_data_service_workers():
     workers = [service.WorkerServer(service.WorkerConfig(dispatcher_address=dispatcher.target.split("://")[1]))
                for _ in range(2)]
     try:
-        model, losses = preprocessing_model(), BatchLosses()
+        model = preprocessing_model()
+        losses = batch_losses(model)
         before = [w.copy() for w in model.get_weights()]
         history = sst.fit(model, raw_dataset(), epochs=2, callbacks=[losses], verbose=0,
                           tf_data_service=dispatcher.target)
