@@ -28,5 +28,6 @@ def test_the_command_line_names_the_mode_the_extra_arguments_and_the_repeats():
     add_mode_arguments(parser, "tf2-routes")
     args = parser.parse_args(["--smoke", "--repeats", "3"])
     assert chosen_mode(args) == ("smoke", FIT_MODES["smoke"].__class__(**{**vars(FIT_MODES["smoke"]), "repeats": 3}))
-    assert command_line("tf2_routes", args, "--kinds", "k") == "python -m benchmarks.tf2_routes --smoke --kinds k --repeats 3"
+    assert command_line("tf2_routes", args, "--kinds", "k") == \
+        "python -m benchmarks.tf2_routes --smoke --kinds k --repeats 3"
     assert command_line("tf2_strategy", parser.parse_args([])) == "python -m benchmarks.tf2_strategy"

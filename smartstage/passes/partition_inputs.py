@@ -87,4 +87,5 @@ class InputBoundary:
         return PassResult(graph_def, changed=False, summary=(
             f"{self.boundary_name}: the boundary is the graph's {len(inputs)} input node(s), no stage written",))
 
+
 __all__ = ["INPUTS_BOUNDARY", "InputBoundary", "checked_inputs", "partition_inputs"]

@@ -5,9 +5,10 @@
     partition:           moved: hash; pinned: lookup (reads variable 'w'); boundary batch:0 -> hash:0
 
 The boundary is the function's data inputs: its placeholders play the role a v1 stage's take plays, and no
-stage is written into the graph; the PassManager runs InputBoundary and the Partition pass v1 graphs run. Captures are named by what they stand for (smartstage.tf2.step.state), and the
-targets are what the step runs: its outputs and control outputs. The result is an ordinary OptimizeResult
-whose one partition is at the inputs: summary(), diff(), explain and the HTML report all work on it.
+stage is written into the graph; the PassManager runs InputBoundary, then the Partition pass v1 graphs run.
+Captures are named by what they stand for (smartstage.tf2.step.state), and the targets are what the step
+runs: its outputs and control outputs. The result is an ordinary OptimizeResult whose one partition is at
+the inputs: summary(), diff(), explain and the HTML report all work on it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """verify(): the split program against the original, step by step, from the same state (the Python twin of
-`smartstage verify` for TF2 steps; its Keras twin, verify_fit, is smartstage.tf2.keras.layers').
+`smartstage verify` for TF2 steps; verify_fit, its Keras twin, is in smartstage.tf2.keras.layers).
 
     check = ss.tf2.verify(train_step, ds, steps=20)
     check.identical      # every output of every step, then every variable, bit-identical
