@@ -37,7 +37,8 @@ SMOKE_SECONDS = {
     "ports": 40.0,               # ports --smoke: 32-33 s CPU; 38 s wall at load 2.8
     "tf2": 35.0,                 # tf2 --smoke: 17-18 s CPU; 31 s wall at load 8.0, nice -15
     "tf2 --kinds": 350.0,        # tf2 --smoke --kinds <all four>: 111-114 s CPU; 346 s wall at load 8.4, nice -15
-    "tf2_routes --kinds keras3_functional": 90.0,  # 2 settings x 3 programs of one kind; not yet timed quietly
+    "tf2_routes --kinds keras3_functional": 40.0,  # tf2_routes --smoke --kinds keras3_functional: 31 s CPU;
+                                                   # 35 s wall at load 0.4
     "tf2_strategy": 100.0,       # tf2_strategy --smoke: 53-61 s CPU; 96 s wall at load 12, nice -15
     "accelerator_probe": 25.0,   # accelerator_probe --smoke --points auto,1s,2o: 11-12 s CPU; 23 s wall at
                                  # load 7.7, nice -15
