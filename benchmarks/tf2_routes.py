@@ -32,14 +32,14 @@ from benchmarks.fit_rounds import FitMode, add_mode_arguments, batch_losses, cho
 
 KINDS = ("keras3_functional", "keras3_featurespace")
 PROGRAMS = ("model_fit", "layer_route", "step_route")
-TITLES = {"model_fit": "model.fit", "layer_route": "layer route", "step_route": "step route"}
 
 logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
 def step_route_only() -> Iterator[None]:
-    """For the duration, ss.tf2.fit finds no layer-level split, so every model takes the step route."""
+    """For the duration, ss.tf2.fit finds no layer-level split, so every model takes the step route (the
+    benchmark replaces fit's private chooser: the route is no option of the public API)."""
     from smartstage.tf2.keras import fit as keras_fit
 
     layer_split = keras_fit._layer_split
@@ -48,8 +48,6 @@ def step_route_only() -> Iterator[None]:
         yield
     finally:
         keras_fit._layer_split = layer_split
-
-
 
 
 def measure(kind: str, files, options, mode: FitMode) -> dict[str, Any]:

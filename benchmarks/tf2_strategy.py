@@ -30,7 +30,6 @@ from benchmarks.fit_rounds import FitMode, add_mode_arguments, chosen_mode, comm
 REPLICAS = 2
 KINDS = ("tf_keras_functional", "tf_keras_subclassed")
 PROGRAMS = ("model_fit", "smartstage_fit")
-TITLES = {"model_fit": "model.fit", "smartstage_fit": "ss.tf2.fit"}
 
 logger = logging.getLogger(__name__)
 
