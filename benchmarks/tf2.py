@@ -36,7 +36,7 @@ import tensorflow as tf
 
 from benchmarks.report import (DEFAULT_OUT, PUBLISH_DIR, Spread, load_average, machine_info, machine_line,
                                markdown_table, write_outputs)
-from benchmarks.tf2_kinds import KINDS
+from benchmarks.tf2_kinds import KINDS, smartstage_programs
 from benchmarks.tf2_model import (Model, Tables, Tf2Options, id_space, in_model_step, make_preprocess, on_device,
                                   preprocessed_step, raw_batches)
 from smartstage.examples import prepare_criteo
@@ -96,24 +96,6 @@ def settle(limit_seconds: float = 5.0, window: float = 0.1, idle_share: float = 
         if time.process_time() - cpu < idle_share * window:
             break
     return time.perf_counter() - start
-
-
-def smartstage_programs(step: Callable, untimed_step: Callable, raw: tf.data.Dataset,
-                        state: list) -> list[tuple[str, Callable, tf.data.Dataset, str]]:
-    """SmartStage's two programs of one in-model step: "smartstage", split(measure=True), which keeps the step
-    as it is (over raw.prefetch) when the timed split runs slower, as ss.tf2.fit does; and "split_untimed",
-    split(measure=False) of a second copy, the split whatever it measures. `state`: the objects that hold the
-    step's tables, as split() takes them."""
-    from smartstage import tf2
-    from smartstage.errors import NothingToMoveError
-
-    try:
-        split = tf2.split(step, raw, state=state, measure=True)
-        smartstage = ("smartstage", split.step, split.dataset, split.summary())
-    except NothingToMoveError as e:
-        smartstage = ("smartstage", step, raw.prefetch(tf.data.AUTOTUNE), f"kept unsplit: {e.reason}")
-    untimed = tf2.split(untimed_step, raw, state=state)
-    return [smartstage, ("split_untimed", untimed.step, untimed.dataset, untimed.summary())]
 
 
 def side_millis(files, options: Tf2Options, steps: int) -> dict[str, Spread]:

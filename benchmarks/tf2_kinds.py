@@ -237,10 +237,26 @@ def _featurespace(keras, options: Tf2Options, sample: tf.data.Dataset):
     return _compile(model, keras, options), space, _compile(trainer, keras, options)
 
 
+def smartstage_programs(step: Callable, untimed_step: Callable, raw: tf.data.Dataset,
+                        state: list) -> list[tuple[str, Callable, tf.data.Dataset, str]]:
+    """SmartStage's two programs of one in-model step: "smartstage", split(measure=True), which keeps the step
+    as it is (over raw.prefetch) when the timed split runs slower, as ss.tf2.fit does; and "split_untimed",
+    split(measure=False) of a second copy, the split whatever it measures. `state`: the objects that hold the
+    step's tables, as split() takes them."""
+    from smartstage import tf2
+    from smartstage.errors import NothingToMoveError
+
+    try:
+        split = tf2.split(step, raw, state=state, measure=True)
+        smartstage = ("smartstage", split.step, split.dataset, split.summary())
+    except NothingToMoveError as e:
+        smartstage = ("smartstage", step, raw.prefetch(tf.data.AUTOTUNE), f"kept unsplit: {e.reason}")
+    untimed = tf2.split(untimed_step, raw, state=state)
+    return [smartstage, ("split_untimed", untimed.step, untimed.dataset, untimed.summary())]
+
+
 def build_programs(kind: str, files: CriteoFiles, options: Tf2Options) -> KerasPrograms:
     """The programs of one kind, each on its own model built from the same seeds."""
-    from benchmarks.tf2 import smartstage_programs
-
     raw = keras_batches(files, options)
     sample = raw.take(4)
     programs = {}
@@ -260,4 +276,4 @@ def build_programs(kind: str, files: CriteoFiles, options: Tf2Options) -> KerasP
     return KerasPrograms(programs, notes)
 
 
-__all__ = ["KINDS", "KerasPrograms", "build_model", "build_programs", "keras_batches"]
+__all__ = ["KINDS", "KerasPrograms", "build_model", "build_programs", "keras_batches", "smartstage_programs"]
