@@ -76,7 +76,7 @@ def _setting(device_ms: float) -> str:
 
 def _ratio_rows(before: dict, after: dict, label: str) -> list[str]:
     rows = []
-    for key in sorted(set(before) | set(after), key=lambda k: (k[0], k[1], k[2])):
+    for key in sorted(set(before) | set(after)):
         old, new = before.get(key), after.get(key)
         rows.append(f"| {key[0]} | {_setting(key[1])} | {label or key[2]} | "
                     f"{Spread.of(old).text(2) if old else '-'} | {Spread.of(new).text(2) if new else '-'} |")

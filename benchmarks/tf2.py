@@ -18,8 +18,9 @@ split of the model's train_step. Each on the host CPU (device_ms=0) and with the
 device_ms per step, benchmarks/accelerator.py, and a tiny model on the host: tf2_model.on_device). Per setting: the
 first steps' losses of the three programs are compared bit for bit; then `repeats` rounds, each timing every
 program for `steps` steps in a rotated order (interleaved: a load change hits all three), each after the other
-programs' pipelines have refilled their buffers (settle()), and the ratios are taken within each round. Reported: median and range of steps/s and of the ratios, the machine's load, and the targets
-(>= 0.95x hand-written everywhere, >= 1.3x in-model where the limit allows it).
+programs' pipelines have refilled their buffers (settle()), and the ratios are taken within each round.
+Reported: median and range of steps/s and of the ratios, the machine's load, and the targets (>= 0.95x
+hand-written everywhere, >= 1.3x in-model where the limit allows it).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ import tensorflow as tf
 
 from smartstage.errors import SplitError, StateChangedError
 from smartstage.tf2.keras import fit as keras_fit
-from smartstage.tf2.step import trial
 from smartstage.tf2.keras.fit import NotSplit, StepFit
+from smartstage.tf2.step import trial
 from smartstage.tf2.step.user_state import CHECK_STATE_ENV, iteration_changes, snapshot, unchanged
 from tests.tf2 import random_models as rm
 from tests.tf2.fit_support import assert_same_weights, batch_losses, identical  # noqa: F401

@@ -1,7 +1,7 @@
-"""The pieces of the step route under a strategy that need no devices (smartstage.tf2.strategy.replica_keys, replica_step): structural keys
-that agree between a GraphDef and a live trace, the check that no op reads the raw stand-ins unless it moved,
-and the search for a model's tables past the strategy it holds. The route itself, against model.fit under a
-2-replica MirroredStrategy: test_fit_strategy_steps.py.
+"""The pieces of the step route under a strategy that need no devices (smartstage.tf2.strategy.replica_keys,
+replica_step): structural keys that agree between a GraphDef and a live trace, the check that no op reads the
+raw stand-ins unless it moved, and the search for a model's tables past the strategy it holds. The route itself,
+against model.fit under a 2-replica MirroredStrategy: test_fit_strategy_steps.py.
 
     reference GraphDef:  x -> StringToHashBucketFast(8) -> lookup(table) -> y     keys: K(hash), K(lookup)
     a second trace:      x' -> StringToHashBucketFast(8) -> lookup(table) -> y'   the same keys, node for node
@@ -14,9 +14,8 @@ import tensorflow as tf
 
 from smartstage.errors import SplitError
 from smartstage.graph.view import GraphView
-from smartstage.tf2.strategy import replica_keys
-from smartstage.tf2.strategy import replica_step
 from smartstage.tf2.step.state import static_tables
+from smartstage.tf2.strategy import replica_keys, replica_step
 
 pytestmark = pytest.mark.usefixtures("eager")
 

@@ -17,8 +17,8 @@ import tensorflow as tf
 
 from smartstage.errors import NothingToMoveError
 from smartstage.tf2.keras import fit as keras_fit
-from smartstage.tf2.step import trial
 from smartstage.tf2.keras.fit import NotSplit, StepFit
+from smartstage.tf2.step import trial
 from smartstage.tf2.step.split import split
 from smartstage.tf2.step.trial import Verdict, time_split
 from smartstage.tf2.step.user_state import iteration_changes

@@ -30,11 +30,11 @@ import tensorflow as tf
 
 from smartstage.errors import NothingToMoveError, SplitError
 from smartstage.tf2.keras.layers import KerasSplit, compile_like, graph_model, split_model
-from smartstage.tf2.keras.model_step import (TEST_STEP, TRAIN_STEP, ModelStepSplit, is_compiled, keras_family, model_key,
-                                       replaced_steps, split_model_step, steps_per_execution)
-from smartstage.tf2.strategy.placement import Placement, placement_of, step_function
+from smartstage.tf2.keras.model_step import (TEST_STEP, TRAIN_STEP, ModelStepSplit, is_compiled, keras_family,
+                                             model_key, replaced_steps, split_model_step, steps_per_execution)
 from smartstage.tf2.step.trial import Verdict, time_eager_steps, time_split, time_steps
 from smartstage.tf2.step.user_state import check_state_on, model_state_variables, unchanged
+from smartstage.tf2.strategy.placement import Placement, placement_of, step_function
 
 logger = logging.getLogger(__name__)
 

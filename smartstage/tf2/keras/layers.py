@@ -69,7 +69,8 @@ class KerasSplit:
 
     def map(self, dataset: tf.data.Dataset, tf_data_service: str | None = None) -> tf.data.Dataset:
         """`dataset` (x, (x, y) or (x, y, sample_weight)) with x replaced by the preprocessed features; with
-        `tf_data_service`, run on that dispatcher's workers (smartstage.tf2.step.service: at most once, no fixed order)."""
+        `tf_data_service`, run on that dispatcher's workers (smartstage.tf2.step.service: at most once, no fixed
+        order)."""
         preprocessing = self.preprocessing
 
         def prefetch_side(x, *rest):

@@ -33,8 +33,8 @@ import tensorflow as tf
 
 from smartstage.errors import SplitError
 from smartstage.tf2.step.attributes import overridden
-from smartstage.tf2.strategy.placement import ONE_DEVICE, Placement
 from smartstage.tf2.step.split import SplitStep
+from smartstage.tf2.strategy.placement import ONE_DEVICE, Placement
 
 logger = logging.getLogger(__name__)
 

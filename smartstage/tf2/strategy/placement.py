@@ -29,8 +29,8 @@ import tensorflow as tf
 from smartstage.errors import SplitError
 from smartstage.tf2.step.attributes import overridden
 from smartstage.tf2.step.functions import mapped_dataset
-from smartstage.tf2.strategy.replicas import distributing, per_replica_dataset, split_replicated, substituting
 from smartstage.tf2.step.split import SplitStep, split
+from smartstage.tf2.strategy.replicas import distributing, per_replica_dataset, split_replicated, substituting
 
 
 def step_function(model, method: str, autograph: bool):
