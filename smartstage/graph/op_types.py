@@ -185,6 +185,10 @@ READ_ONLY_TABLE_OPS = {"HashTableV2", "HashTable"}
 
 TABLE_READ_OPS = {"LookupTableFindV2", "LookupTableFind", "LookupTableSizeV2", "LookupTableSize"}
 
+# Every op that takes a lookup table's handle: its reads, and what writes or dumps it.
+TABLE_HANDLE_OPS = TABLE_READ_OPS | {"LookupTableInsertV2", "LookupTableRemoveV2", "LookupTableImportV2",
+                                     "LookupTableExportV2"}
+
 
 CONTROL_FLOW_OPS = {
     "Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit", "NextIteration",

@@ -8,8 +8,8 @@ preprocessing moved into the tf.data pipeline (docs/tf2.md).
 Three rooms, each importing only the ones before it:
 
     step      one tf.function step split in two: traced (trace), its captured state classified (state), its graph
-              partitioned at its inputs (analysis), the two sides cut out (surgery) and rebuilt as the dataset's
-              map function and the main step (functions); split() and SplitStep (split), the timed trial
+              partitioned at its inputs (analysis), the two sides cut out (smartstage.graph.rewrites) and rebuilt as
+              the dataset's map function and the main step (functions); split() and SplitStep (split), the timed trial
               (trial), the user-state check (user_state), verify() (compare)
     strategy  where a Keras model's variables live (placement: one device, or a strategy's replicas), and the
               step split per replica under MirroredStrategy (replicas, replica_step, replica_keys)

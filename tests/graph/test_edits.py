@@ -135,3 +135,4 @@ def test_log_answers_with_what_is_planned_so_far():
 ])
 def test_dedupe_controls(inputs, drop_read, expected):
     assert dedupe_controls(inputs, drop_read=drop_read) == expected
+

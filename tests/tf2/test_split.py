@@ -208,3 +208,16 @@ def test_batches_arrive_in_input_order_and_a_step_may_return_nothing():
 def test_the_summary_states_the_maps_threads():
     split = sst.split(dlrm_program().step, raw_dataset(), num_threads=3)
     assert split.num_threads == 3 and "map(prefetch side, num_parallel_calls=3, deterministic=True)" in split.summary()
+
+
+def test_an_imported_side_drops_mapped_and_unread_placeholders_with_their_colocation():
+    from smartstage.tf2.step.functions import without_mapped
+    from tests.builder import G, N
+
+    g = G(N("batch", "Placeholder", dtype=tf.float32),
+          N("table", "Placeholder", dtype=tf.resource),
+          N("kept", "Placeholder", dtype=tf.float32),
+          N("hash", "Identity", ["batch", "kept"], T=tf.float32, _class=[b"loc:@batch", b"loc:@kept"]))
+    out = without_mapped(g, ["batch:0"])
+    assert [(n.name, list(n.input)) for n in out.node] == [("kept", []), ("hash", ["batch", "kept"])]
+    assert list(out.node[1].attr["_class"].list.s) == [b"loc:@kept"]

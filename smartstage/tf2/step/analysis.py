@@ -17,12 +17,10 @@ from dataclasses import dataclass
 
 from tensorflow.core.framework import graph_pb2
 
-from smartstage.graph.edits import EditLog, apply_to_graph_def
-from smartstage.graph.names import input_source
-from smartstage.graph.view import GraphView
+from smartstage.graph.rewrites import replace_nodes
 from smartstage.optimizer import partition_at_inputs
 from smartstage.result import OptimizeResult
-from smartstage.tf2.step.state import CapturedState, classify, random_state_edits, stand_ins
+from smartstage.tf2.step.state import CapturedState, classify, random_state, readers_of, stand_ins
 from smartstage.tf2.step.trace import TracedStep
 
 
@@ -49,11 +47,6 @@ class Analysis:
         """Why nothing worth moving remains ("" when something is)."""
         p = self.partition
         return "" if p.changes_graph else (p.skipped or "nothing to move: no op depends on the batch alone")
-
-
-def _renamed(raw: str, old: str, new: str) -> str:
-    src = input_source(raw)
-    return raw if src != old else raw.replace(old, new, 1)
 
 
 def with_output_shapes(graph_def: graph_pb2.GraphDef, traced: TracedStep) -> graph_pb2.GraphDef:
@@ -85,25 +78,12 @@ def analysis_graph(traced: TracedStep, tables: dict[int, object],
         before:  batch -> lookup(Placeholder captured 'w')
         after:   batch -> lookup(VarHandleOp 'captured/w'), (CapturedState(kind="variable", ...),)
     """
-    view = GraphView(traced.graph_def)
-    states = classify(traced, view, tables, read_only)
-    # Two logs: a node keeps its name when a stand-in of another op type takes its place (remove, then add).
-    nodes, renamed = stand_ins(view, states, tables, traced)
-    removals = EditLog(view)
-    for name in [*renamed, *(n.name for n in nodes if n.name in view)]:
-        removals.remove_node(name)
-    emptied = apply_to_graph_def(traced.graph_def, removals.edits, view)
-    log = EditLog(GraphView(emptied))
-    for node in nodes:
-        log.add_node(node)
-    replaced = {n.name for n in nodes}
-    for old, new in renamed.items():
-        for reader in view.consumers(old):
-            if reader not in replaced:
-                log.set_inputs(reader, [_renamed(s, old, new) for s in log.inputs_of(reader)])
-    random_state_edits(view, log)
-    graph_def = with_output_shapes(apply_to_graph_def(emptied, log.edits, log.view), traced)
-    return graph_def, tuple(states)
+    readers = readers_of(traced.concrete.graph)
+    states = classify(traced, tables, read_only, readers)
+    nodes, renamed = stand_ins(traced, states, tables, readers)
+    random_nodes, controls = random_state(traced)
+    graph_def = replace_nodes(traced.graph_def, nodes + random_nodes, renamed, controls)
+    return with_output_shapes(graph_def, traced), tuple(states)
 
 
 def analyse(traced: TracedStep, tables: dict[int, object], read_only: bool = True) -> Analysis:

@@ -30,8 +30,8 @@ from tensorflow.core.framework import graph_pb2
 
 from smartstage.graph.edits import EditLog, apply_to_graph_def, drop_colocation
 from smartstage.graph.names import parse_tensor_name
+from smartstage.graph.rewrites import Sides
 from smartstage.graph.view import GraphView
-from smartstage.tf2.step.surgery import Sides
 from smartstage.tf2.step.trace import TracedStep
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,11 @@ def _capture_map(graph_def: graph_pb2.GraphDef, traced: TracedStep,
 def without_mapped(graph_def: graph_pb2.GraphDef, mapped) -> graph_pb2.GraphDef:
     """`graph_def` without the placeholders an import maps (their readers read the mapped tensors) and without
     the placeholders nothing reads (a table's handle once its lookups moved): a placeholder left in a function
-    is an op XLA cannot compile (jit_compile=True)."""
+    is an op XLA cannot compile (jit_compile=True).
+
+        before:  batch(Placeholder) -> hash; table(Placeholder), mapped = {"batch:0"}
+        after:   hash (reading batch:0 through the import's input_map)
+    """
     view = GraphView(graph_def)
     log = EditLog(view)
     removed = set()
@@ -253,8 +257,8 @@ def main_function(sides: Sides, traced: TracedStep, jit_compile: bool | None,
     """
     packing = packing or Packing(plain=tuple(range(len(sides.boundary))))
     captures = _capture_map(sides.main_graph_def, traced, handles)
-    view = GraphView(sides.main_graph_def)
-    effects = [op for op in traced.control_outputs if op in view]
+    kept = {node.name for node in sides.main_graph_def.node}
+    effects = [op for op in traced.control_outputs if op in kept]
     outputs = list(traced.outputs)
     structure = traced.concrete.structured_outputs
 

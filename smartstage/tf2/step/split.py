@@ -7,7 +7,7 @@ dataset (a deterministic parallel map, then prefetch) and the step keeps the res
              print(split.summary())                                 # moved, pinned with reasons, boundary
 
 The partition is the v1 one, at the step's inputs (smartstage.tf2.step.analysis), the two sides are cut by edit
-records (smartstage.tf2.step.surgery) and built into functions (smartstage.tf2.step.functions). Nothing of the user's is
+records (smartstage.graph.rewrites) and built into functions (smartstage.tf2.step.functions). Nothing of the user's is
 changed: the step and dataset are as given, and split() raises SplitError before building anything.
 """
 
@@ -25,7 +25,7 @@ from smartstage.errors import NothingToMoveError, SplitError
 from smartstage.tf2.step.analysis import Analysis, analyse
 from smartstage.tf2.step.functions import main_function, mapped_dataset, prefetch_function
 from smartstage.tf2.step.state import static_tables, step_roots
-from smartstage.tf2.step.surgery import Sides, cut
+from smartstage.graph.rewrites import Sides, cut
 from smartstage.tf2.step.trace import TracedStep, trace_step
 from smartstage.tf2.step.trial import time_split
 

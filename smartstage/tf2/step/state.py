@@ -31,9 +31,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2, node_def_pb2, tensor_pb2
 
-from smartstage.graph.edits import EditLog
-from smartstage.graph.op_types import RANDOM_OPS, TABLE_READ_OPS
-from smartstage.graph.view import GraphView
+from smartstage.graph.op_types import RANDOM_OPS, TABLE_HANDLE_OPS, TABLE_READ_OPS
 from smartstage.tf2.step.trace import TracedStep
 
 logger = logging.getLogger(__name__)
@@ -140,13 +138,27 @@ def _const(name: str, dtype: int) -> node_def_pb2.NodeDef:
     return _stand_in(name, "Const", dtype=attr_value_pb2.AttrValue(type=dtype), value=value)
 
 
-def classify(traced: TracedStep, view: GraphView, tables: dict[int, object], read_only: bool) -> list[CapturedState]:
-    """What each capture of `traced` is (see the module docstring)."""
+def readers_of(graph: tf.Graph) -> dict[str, list[tf.Operation]]:
+    """{op name: the ops that read it, through data or control edges, each once, in graph order}, read from the
+    step's FuncGraph (its GraphDef has the same nodes under the same names)."""
+    readers: dict[str, dict[str, tf.Operation]] = {}
+    for op in graph.get_operations():
+        for source in [t.op for t in op.inputs] + list(op.control_inputs):
+            readers.setdefault(source.name, {})[op.name] = op
+    return {name: list(ops.values()) for name, ops in readers.items()}
+
+
+def classify(traced: TracedStep, tables: dict[int, object], read_only: bool,
+             readers: dict[str, list[tf.Operation]] | None = None) -> list[CapturedState]:
+    """What each capture of `traced` is (see the module docstring). `readers`: readers_of(the step's graph),
+    when the caller has it."""
     variables = {id(v.handle): v for v in traced.variables if hasattr(v, "handle")}
+    if readers is None:
+        readers = readers_of(traced.concrete.graph)
     states = []
     for capture in traced.captures:
         ph = capture.placeholder
-        readers = {view.op(f.consumer) for f in view.fanouts(ph)}
+        reader_types = {op.type for op in readers.get(ph, ())}
         variable = variables.get(id(capture.external))
         table = tables.get(id(capture.external))
         if variable is not None:
@@ -155,18 +167,15 @@ def classify(traced: TracedStep, view: GraphView, tables: dict[int, object], rea
                 states.append(CapturedState(ph, VARIABLE, name, "split(read_only=False) pins every variable"))
             elif variable.trainable:
                 states.append(CapturedState(ph, VARIABLE, name, f"variable {name!r} is trainable"))
-            elif readers - {"ReadVariableOp"}:
-                ops = ", ".join(sorted(readers - {"ReadVariableOp"}))
+            elif reader_types - {"ReadVariableOp"}:
+                ops = ", ".join(sorted(reader_types - {"ReadVariableOp"}))
                 states.append(CapturedState(ph, VARIABLE, name, f"the step writes or passes on {name!r} ({ops})"))
             else:
                 states.append(CapturedState(ph, READ_ONLY_VARIABLE, name,
                                             f"{name!r} is not trainable and the step only reads it"))
-        elif capture.dtype == tf.resource and table is not None and not readers - TABLE_READ_OPS:
+        elif capture.dtype == tf.resource and table is not None and not reader_types - TABLE_READ_OPS:
             states.append(CapturedState(ph, READ_ONLY_TABLE, _table_name(table), "a StaticHashTable, only looked up"))
-        elif capture.dtype == tf.resource and readers and readers <= TABLE_READ_OPS | {"LookupTableInsertV2",
-                                                                                         "LookupTableRemoveV2",
-                                                                                         "LookupTableImportV2",
-                                                                                         "LookupTableExportV2"}:
+        elif capture.dtype == tf.resource and reader_types and reader_types <= TABLE_HANDLE_OPS:
             states.append(CapturedState(ph, TABLE, ph, "a lookup table that is not a StaticHashTable the step "
                                         "can reach, or that the step writes"))
         elif capture.dtype != tf.resource and capture.dtype != tf.variant:
@@ -194,12 +203,13 @@ def stand_in_name(state: CapturedState, taken) -> str:
     return name
 
 
-def stand_ins(view: GraphView, states: list[CapturedState], tables: dict[int, object],
-              traced: TracedStep) -> tuple[list[node_def_pb2.NodeDef], dict[str, str]]:
+def stand_ins(traced: TracedStep, states: list[CapturedState], tables: dict[int, object],
+              readers: dict[str, list[tf.Operation]]) -> tuple[list[node_def_pb2.NodeDef], dict[str, str]]:
     """The nodes that take the place of nodes of the step's graph (module docstring), and the new name of
-    each capture placeholder that gets one (stand_in_name)."""
+    each capture placeholder that gets one (stand_in_name). `readers`: readers_of(the step's graph)."""
+    graph = traced.concrete.graph
     by_placeholder = {c.placeholder: c for c in traced.captures}
-    nodes, renamed, taken = [], {}, set(view.names())
+    nodes, renamed, taken = [], {}, {op.name for op in graph.get_operations()}
     for state in states:
         ph = state.placeholder
         name = renamed[ph] = stand_in_name(state, taken)
@@ -207,9 +217,9 @@ def stand_ins(view: GraphView, states: list[CapturedState], tables: dict[int, ob
             nodes.append(_stand_in(name, "VarHandleOp", dtype=_attr_type(tf.float32),
                                    shared_name=attr_value_pb2.AttrValue(s=state.name.encode())))
         if state.kind == READ_ONLY_VARIABLE:
-            for reader in view.consumers(ph):
-                const = _const(reader, view.node(reader).attr["dtype"].type)
-                const.input.extend(f"^{c}" for c in view.control_inputs(reader))
+            for reader in readers.get(ph, ()):
+                const = _const(reader.name, reader.get_attr("dtype").as_datatype_enum)
+                const.input.extend(f"^{c.name}" for c in reader.control_inputs)
                 nodes.append(const)
         elif state.kind in (READ_ONLY_TABLE, TABLE):
             table = tables.get(id(by_placeholder[ph].external))
@@ -218,18 +228,20 @@ def stand_ins(view: GraphView, states: list[CapturedState], tables: dict[int, ob
             nodes.append(_stand_in(name, op, key_dtype=_attr_type(key), value_dtype=_attr_type(value),
                                    shared_name=attr_value_pb2.AttrValue(s=state.name.encode())))
         elif state.kind == VALUE:
-            nodes.append(_const(ph, view.node(ph).attr["dtype"].type))
+            nodes.append(_const(ph, graph.get_operation_by_name(ph).get_attr("dtype").as_datatype_enum))
     return nodes, {old: new for old, new in renamed.items() if old != new}
 
 
-def random_state_edits(view: GraphView, log: EditLog) -> None:
-    """One stand-in state node read (through a control edge) by every stateful random op: they pin."""
-    randoms = view.nodes_of_type(RANDOM_OPS)
-    if randoms:
-        log.add_node(_stand_in(RANDOM_STATE, "VarHandleOp", dtype=_attr_type(tf.int64),
-                               shared_name=attr_value_pb2.AttrValue(s=b"random_state")))
-    for name in randoms:
-        log.set_inputs(name, tuple(log.inputs_of(name)) + (f"^{RANDOM_STATE}",))
+def random_state(traced: TracedStep) -> tuple[list[node_def_pb2.NodeDef], dict[str, tuple[str, ...]]]:
+    """One stand-in state node, and a control input from it for every stateful random op of the step: they
+    pin (module docstring). ([], {}) when the step has none."""
+    randoms = [op.name for op in traced.concrete.graph.get_operations() if op.type in RANDOM_OPS]
+    if not randoms:
+        return [], {}
+    node = _stand_in(RANDOM_STATE, "VarHandleOp", dtype=_attr_type(tf.int64),
+                     shared_name=attr_value_pb2.AttrValue(s=b"random_state"))
+    return [node], {name: (RANDOM_STATE,) for name in randoms}
 
 
-__all__ = ["CapturedState", "classify", "random_state_edits", "stand_in_name", "stand_ins", "static_tables", "step_roots", "RANDOM_STATE"]
+__all__ = ["CapturedState", "classify", "random_state", "readers_of", "stand_in_name", "stand_ins", "static_tables",
+           "step_roots", "RANDOM_STATE"]

@@ -55,7 +55,7 @@ class TracedStep:
         (updates, prints). A FuncGraph lists every stateful op as a control output, reads, lookups and
         checks too: those are no targets. A read serves its readers; an Assert (or a functional op such as
         assert_*'s AssertGuard) is judged by the partition by what it runs, and wherever it lands it runs
-        once per batch (surgery re-routes its control edges)."""
+        once per batch (smartstage.graph.rewrites re-routes its control edges)."""
         from smartstage.graph.op_types import (FUNCTIONAL_OPS, MOVABLE_STATEFUL_OPS, ORDER_FREE_STATEFUL_OPS,
                                                TABLE_READ_OPS, VARIABLE_READ_OPS)
 

@@ -288,13 +288,12 @@ def time_split(halves, dataset: tf.data.Dataset, *, in_function: bool = False, r
 def _on_copies(step, dataset: tf.data.Dataset, roots: list) -> tuple[Callable, Any]:
     """`step` (a tf.function of one element) traced for `dataset` and imported over copies of its state:
     (a callable of one element, the copies to keep alive). NotTimeable when its state cannot be copied."""
-    from smartstage.graph.view import GraphView
     from smartstage.tf2.step.functions import whole_step_function
     from smartstage.tf2.step.state import classify, static_tables
     from smartstage.tf2.step.trace import trace_step
 
     traced = trace_step(step, dataset.element_spec, check_retrace=False)
-    states = classify(traced, GraphView(traced.graph_def), static_tables(roots), read_only=True)
+    states = classify(traced, static_tables(roots), read_only=True)
     copies = state_copies(states, traced.captures, traced.variables)
     whole = whole_step_function(traced, copies.handles).get_concrete_function()
     return (lambda element: whole(*tf.nest.flatten(element, expand_composites=True))), copies

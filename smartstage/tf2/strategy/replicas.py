@@ -30,7 +30,7 @@ from smartstage.tf2.step.attributes import overridden
 from smartstage.tf2.step.functions import element_specs, mapped_dataset, prefetch_function
 from smartstage.tf2.step.split import SplitStep
 from smartstage.tf2.step.state import static_tables
-from smartstage.tf2.step.surgery import cut
+from smartstage.graph.rewrites import cut
 from smartstage.tf2.step.trace import TracedStep, trace_step
 from smartstage.tf2.strategy.replica_keys import capture_key, reference_keys, tensor_key
 from smartstage.tf2.strategy.replica_step import ReplicaPlan, ReplicaStep, substituting

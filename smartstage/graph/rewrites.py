@@ -1,6 +1,13 @@
-"""surgery: the two sides of a partitioned step, cut out of its function graph by edit records.
+"""rewrites: the GraphDef rewrites a TF2 split makes of its step's graph, each one call, written as edit
+records by the same edit log and applier as the v1 passes (smartstage.graph.edits); they read nothing but
+the GraphDef and what the caller hands them.
 
-    before:  batch -> hash -> lookup(w) -> loss                    (the step's FuncGraph, moved = {hash})
+    replace_nodes   nodes put in the place of others (the stand-ins of a step's captures: smartstage.tf2.step.state)
+    cut             the graph cut in two at a partition's boundary: the prefetch side and the main side
+
+The cut:
+
+    before:  batch -> hash -> lookup(w) -> loss                    (the step's graph, moved = {hash})
     prefetch side:  batch -> hash            fetches  hash:0
     main side:      smartstage/boundary/0 -> lookup(w) -> loss   (a new Placeholder reads as hash:0 did)
 
@@ -18,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2
+
+from collections.abc import Sequence
 
 from smartstage.graph.edits import EditLog, apply_to_graph_def, dedupe_controls, drop_colocation
 from smartstage.graph.names import input_source, parse_tensor_name
@@ -89,6 +98,38 @@ def prefetch_side_edits(view: GraphView, boundary: tuple[str, ...], extra: tuple
     return log
 
 
+def replace_nodes(graph_def: graph_pb2.GraphDef, nodes: Sequence[node_def_pb2.NodeDef],
+                  renamed: dict[str, str] | None = None,
+                  controls: dict[str, Sequence[str]] | None = None) -> graph_pb2.GraphDef:
+    """A copy of `graph_def` in which each of `nodes` takes the place of the node of its name (or is added),
+    each node `renamed` names ({old: new}) is gone and its readers read the new name instead, and `controls`
+    ({node: names}) adds control inputs. A node that keeps its name under another op type is removed, then
+    added: two applications, each all or none.
+
+        before:  w(Placeholder) -> read(ReadVariableOp) -> loss
+        after:   replace_nodes(g, [NodeDef(name="captured/w", op="VarHandleOp")], {"w": "captured/w"})
+                 captured/w(VarHandleOp) -> read -> loss
+    """
+    renamed, controls = renamed or {}, controls or {}
+    view = GraphView(graph_def)
+    removals = EditLog(view)
+    for name in dict.fromkeys([*renamed, *(n.name for n in nodes if n.name in view)]):
+        removals.remove_node(name)
+    emptied = apply_to_graph_def(graph_def, removals.edits, view)
+    log = EditLog(GraphView(emptied))
+    for node in nodes:
+        log.add_node(node)
+    replaced = {n.name for n in nodes}
+    for old, new in renamed.items():
+        for reader in view.consumers(old):
+            if reader not in replaced:
+                log.set_inputs(reader, [s.replace(old, new, 1) if input_source(s) == old else s
+                                        for s in log.inputs_of(reader)])
+    for name, extra in controls.items():
+        log.set_inputs(name, (*log.inputs_of(name), *(f"^{c}" for c in extra)))
+    return apply_to_graph_def(emptied, log.edits, log.view)
+
+
 def cut(graph_def: graph_pb2.GraphDef, moved: tuple[str, ...], inputs: tuple[str, ...], boundary: tuple[str, ...],
         shapes: dict[str, object]) -> Sides:
     """Both sides of the step's graph for one partition (see the module docstring).
@@ -112,4 +153,4 @@ def cut(graph_def: graph_pb2.GraphDef, moved: tuple[str, ...], inputs: tuple[str
         main_edits=main_log.edits, prefetch_edits=prefetch_log.edits)
 
 
-__all__ = ["BOUNDARY", "Sides", "cut", "main_side_edits", "prefetch_side_edits"]
+__all__ = ["BOUNDARY", "Sides", "cut", "main_side_edits", "prefetch_side_edits", "replace_nodes"]
