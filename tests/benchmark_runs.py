@@ -39,6 +39,7 @@ SMOKE_SECONDS = {
     "tf2 --kinds": 350.0,        # tf2 --smoke --kinds <all four>: 111-114 s CPU; 346 s wall at load 8.4, nice -15
     "tf2_routes --kinds keras3_functional": 40.0,  # tf2_routes --smoke --kinds keras3_functional: 31 s CPU;
                                                    # 35 s wall at load 0.4
+    "tf2_trial_twin": 20.0,      # tf2_trial_twin --smoke: 8 s CPU; 12 s wall at load 0.5
     "tf2_strategy": 100.0,       # tf2_strategy --smoke: 53-61 s CPU; 96 s wall at load 12, nice -15
     "accelerator_probe": 25.0,   # accelerator_probe --smoke --points auto,1s,2o: 11-12 s CPU; 23 s wall at
                                  # load 7.7, nice -15

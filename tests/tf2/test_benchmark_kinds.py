@@ -62,3 +62,12 @@ def test_routes_smoke_trains_both_routes_as_model_fit(tmp_path):
         assert m["losses_identical"] == m["weights_identical"] == {"layer_route": True, "step_route": True}
         assert len(m["ratios"]["layer_over_step"]) == 2 and all(r > 0 for r in m["ratios"]["layer_over_step"])
     assert result["command"].endswith("--smoke --kinds keras3_functional")
+
+
+def test_trial_twin_smoke_times_the_four_programs(tmp_path):
+    #   python -m benchmarks.tf2_trial_twin --smoke: the user's step, the trial's twin (two ways) and the split
+    run_benchmark("tf2_trial_twin", tmp_path, "--smoke", quiet_seconds=SMOKE_SECONDS["tf2_trial_twin"])
+    result = json.loads((tmp_path / "tf2-trial-twin-latest.json").read_text())
+    assert sorted(result["steps_per_second"]) == ["split", "twin", "twin_called", "user_step"]
+    assert all(len(v["values"]) == 2 and min(v["values"]) > 0 for v in result["steps_per_second"].values())
+    assert sorted(result["ratios"]) == ["split/twin", "split/user_step", "twin/user_step", "twin_called/user_step"]

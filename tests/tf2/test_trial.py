@@ -83,8 +83,30 @@ def test_time_split_leaves_the_step_state_as_it_was(quick_trial):
     halves = split(step, dataset)
     step(next(iter(dataset)))  # the optimizer's state exists, and is not at its initial value
     before = [weights.numpy().copy()] + [v.numpy().copy() for v in optimizer.variables]
+    traces = step.experimental_get_tracing_count()
     verdict = time_split(halves, dataset)
     assert len(verdict.ratios) == 2 and all(r > 0 for r in verdict.ratios)
+    after = [weights.numpy()] + [v.numpy() for v in optimizer.variables]
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))
+    assert step.experimental_get_tracing_count() == traces  # the trial ran a fresh trace, not the user's
+
+
+def test_the_custom_loop_trial_puts_the_user_state_back_when_a_round_fails(quick_trial, monkeypatch):
+    step, weights, optimizer, dataset = _ids_step()
+    halves = split(step, dataset)
+    step(next(iter(dataset)))
+    before = [weights.numpy().copy()] + [v.numpy().copy() for v in optimizer.variables]
+    real_run, calls = trial._run, []
+
+    def fails_late(program, iterator, steps):  # the unsplit program has trained the user's variables by then
+        calls.append(1)
+        if len(calls) == 6:
+            raise RuntimeError("a round failed")
+        return real_run(program, iterator, steps)
+
+    monkeypatch.setattr(trial, "_run", fails_late)
+    verdict = time_split(halves, dataset)
+    assert verdict.text() == "not timed (the trial failed: RuntimeError)"
     after = [weights.numpy()] + [v.numpy() for v in optimizer.variables]
     assert all(np.array_equal(a, b) for a, b in zip(before, after))
 
@@ -154,7 +176,7 @@ def test_a_failing_trial_keeps_the_split_and_says_so(quick_trial, monkeypatch, c
     def broken(*args, **kwargs):
         raise RuntimeError("cannot import")
 
-    monkeypatch.setattr(functions, "whole_step_function", broken)
+    monkeypatch.setattr(functions, "main_function", broken)
     verdict = time_split(halves, dataset)
     assert verdict.pays and verdict.text() == "not timed (the trial failed: RuntimeError)"
     assert "the trial failed, the split is kept: RuntimeError: cannot import" in caplog.text

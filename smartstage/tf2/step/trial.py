@@ -1,5 +1,5 @@
-"""trial: whether a split runs faster than the step it came from, timed on copies of the step's state, so
-deciding trains nothing and changes no value the user's program computes.
+"""trial: whether a split runs faster than the step it came from, timed so that deciding trains nothing and
+changes no value the user's program computes.
 
     before:  halves = split(step, ds)                       # split whether or not the map pays for itself
     after:   verdict = time_split(halves, ds);  verdict.pays   # False at 0.78x: keep the step as it is
@@ -12,8 +12,11 @@ the verdict is the median of the per-round ratios (split steps/s over unsplit st
 `steps_per_execution=N` is timed as fit runs it: N steps per call of one tf.function (`steps_per_call`).
 
 The state the step writes (its trainable variables, optimizer slots, metric and seed variables) is copied
-once and both programs update the copies; what the step only reads (read-only tables and variables,
-captured values) is shared. A step whose state cannot be copied (a table it writes, another kind of
+once and the split program updates the copies; what the step only reads (read-only tables and variables,
+captured values) is shared. The unsplit program is what the user would run instead: in a custom loop, the
+user's own step, called as the loop calls it, on the user's variables, whose values are put back exactly
+when the rounds end (or fail); in fit, the step's graph imported over the copies, inside one tf.function as
+fit's train function runs it. A step whose state cannot be copied (a table it writes, another kind of
 resource, more than MAX_COPY_BYTES of variables) is not timed: the split is kept, and the verdict says why.
 Nor is a dataset whose iteration changes what its next iterator yields (user_state.iteration_changes: a
 shuffle that reshuffles each iteration, a Python generator, a function that writes state): the trial reads the
@@ -93,10 +96,12 @@ class NotTimeable(Exception):
 @dataclass(frozen=True)
 class StateCopies:
     """Copies of the variables a step writes: `handles` maps id(captured handle) to the copy's handle (the
-    `handles` argument of smartstage.tf2.step.functions), and `variables` keeps the copies alive."""
+    `handles` argument of smartstage.tf2.step.functions), `variables` keeps the copies alive, and `originals`
+    are the user's variables they copy, in the same order."""
 
     handles: dict[int, Any]
     variables: tuple[Any, ...]
+    originals: tuple[Any, ...] = ()
 
 
 def state_copies(states: list[CapturedState], captures, variables) -> StateCopies:
@@ -121,7 +126,7 @@ def state_copies(states: list[CapturedState], captures, variables) -> StateCopie
         raise NotTimeable(f"the step writes {size / 2**30:.1f} GiB of variables, more than a trial copies "
                           f"({MAX_COPY_BYTES / 2**30:.0f} GiB)")
     copies = [tf.Variable(v.read_value(), trainable=False, name=f"trial_{v.name.split(':')[0]}") for v in written]
-    return StateCopies({id(v.handle): c.handle for v, c in zip(written, copies)}, tuple(copies))
+    return StateCopies({id(v.handle): c.handle for v, c in zip(written, copies)}, tuple(copies), tuple(written))
 
 
 def _threshold(threshold: float | None) -> float:
@@ -257,8 +262,10 @@ def _time_programs(split, unsplit, in_function: bool, rounds: int | None, second
 
 def time_split(halves, dataset: tf.data.Dataset, *, in_function: bool = False, rounds: int | None = None,
                seconds: float | None = None, threshold: float | None = None, steps_per_call: int = 1) -> Verdict:
-    """The split program (the mapped dataset and the main side) against the step it came from (the same
-    dataset, prefetched), both on copies of the step's state; with in_function, `steps_per_call` steps per
+    """The split program (the mapped dataset and the main side, on copies of the state the step writes) against
+    the step it came from (the same dataset, prefetched). In a custom loop that is the user's own step, called
+    as the loop calls it (_as_the_loop_calls), on the user's state, whose values are put back exactly once the
+    rounds end; with in_function (fit), the step's graph imported over the copies, `steps_per_call` steps per
     call of one tf.function, as fit runs a model compiled with that steps_per_execution.
 
         before:  ds2, step2 = ss.tf2.split(step, ds)
@@ -271,18 +278,39 @@ def time_split(halves, dataset: tf.data.Dataset, *, in_function: bool = False, r
     if unread is not None:
         return unread
     traced = halves.traced
+    saved = None
     try:
         copies = state_copies(halves.analysis.states, traced.captures, traced.variables)
         main = main_function(halves.sides, traced, traced.jit_compile, halves.prefetch_function.packing,
                              handles=copies.handles).get_concrete_function()
-        whole = whole_step_function(traced, copies.handles).get_concrete_function()
+        if in_function:
+            whole = whole_step_function(traced, copies.handles).get_concrete_function()
+            unsplit = (lambda element: whole(*tf.nest.flatten(element, expand_composites=True)))
+        else:
+            unsplit = _as_the_loop_calls(traced)
+            saved = SavedValues(copies.originals)
     except Exception as e:
         return _failed(e, threshold)
     mapped = mapped_dataset(dataset, halves.prefetch_function, deterministic=halves.deterministic)
-    return _guarded((lambda element: main(*tf.nest.flatten(element)), mapped),
-                    (lambda element: whole(*tf.nest.flatten(element, expand_composites=True)),
-                     dataset.prefetch(tf.data.AUTOTUNE)), in_function, rounds, seconds, threshold, started,
-                    steps_per_call)
+    try:
+        return _guarded((lambda element: main(*tf.nest.flatten(element)), mapped),
+                        (unsplit, dataset.prefetch(tf.data.AUTOTUNE)), in_function, rounds, seconds, threshold,
+                        started, steps_per_call)
+    finally:
+        if saved is not None:
+            saved.restore()
+
+
+def _as_the_loop_calls(traced) -> Callable:
+    """The user's step as a custom loop calls it, step(batch) or step(*batch), on the user's state: a fresh
+    tf.function of its Python function (trace.untouched_copy: the user's own traces stay as they were), which
+    binds its arguments and traces per batch shape as the user's step does. The step's graph imported and
+    called with flat tensors (what `in_function` times) ran 1.10x the user's own step here
+    (`python -m benchmarks.tf2_trial_twin`), so the split timed against it read about that much too slow."""
+    from smartstage.tf2.step.trace import untouched_copy
+
+    step = untouched_copy(traced.function)
+    return (lambda element: step(*element)) if traced.unpack else step
 
 
 def _on_copies(step, dataset: tf.data.Dataset, roots: list) -> tuple[Callable, Any]:
