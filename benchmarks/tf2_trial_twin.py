@@ -22,6 +22,7 @@ import argparse
 import json
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import tensorflow as tf
@@ -89,8 +90,8 @@ def measure(rows: int, device_ms: float, repeats: int, steps: int, warmup: int) 
                 rates[name].append(steps_per_second(*timed[name], steps))
     ratios = {key: [a / b for a, b in zip(rates[top], rates[bottom])] for key, (top, bottom) in RATIOS.items()}
     return {"device_ms": device_ms, "repeats": repeats, "steps": steps,
-            "steps_per_second": {k: {"values": v, "spread": Spread.of(v)} for k, v in rates.items()},
-            "ratios": {k: {"values": v, "spread": Spread.of(v)} for k, v in ratios.items()}}
+            "steps_per_second": {k: {"values": v, "spread": asdict(Spread.of(v))} for k, v in rates.items()},
+            "ratios": {k: {"values": v, "spread": asdict(Spread.of(v))} for k, v in ratios.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     result = measure(args.rows, args.device_ms, args.repeats, args.steps, warmup=min(30, args.steps))
     result["machine"] = machine_info()
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "tf2-trial-twin-latest.json").write_text(json.dumps(result, indent=1, default=str))
+    (args.out / "tf2-trial-twin-latest.json").write_text(json.dumps(result, indent=1))
     for key, value in result["ratios"].items():
-        spread = value["spread"]
+        spread = Spread(**value["spread"])
         print(f"{key}: {spread.median:.3f} ({spread.low:.3f}-{spread.high:.3f}), {spread.n} rounds")
     return 0
 
