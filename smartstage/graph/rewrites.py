@@ -11,7 +11,7 @@ The cut:
     prefetch side:  batch -> hash            fetches  hash:0
     main side:      smartstage/boundary/0 -> lookup(w) -> loss   (a new Placeholder reads as hash:0 did)
 
-Both are edit logs on the step's own GraphDef (smartstage.graph.edits), written by one applier:
+Both sides are edit logs on the step's own GraphDef, written by one applier:
 the main side adds one placeholder per boundary tensor, points every main-side reader of that tensor at
 it, and removes the moved nodes and the input placeholders. A control input from a moved node is
 re-routed through the dataset element: the prefetch side runs that op before it hands the batch over
@@ -22,11 +22,10 @@ node of the other side is dropped: the sides are imported as separate graphs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2
-
-from collections.abc import Sequence
 
 from smartstage.graph.edits import EditLog, apply_to_graph_def, dedupe_controls, drop_colocation
 from smartstage.graph.names import input_source, parse_tensor_name
