@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from dataclasses import asdict
 from pathlib import Path
 
 import tensorflow as tf
 
 from benchmarks.report import DEFAULT_OUT, Spread, machine_info
-from benchmarks.tf2 import settle
+from benchmarks.tf2 import Program, settle
 from benchmarks.tf2_model import (Model, Tables, Tf2Options, id_space, in_model_step, make_preprocess, on_device,
                                   raw_batches)
 from smartstage.examples import prepare_criteo
@@ -37,8 +36,9 @@ RATIOS = {"split/user_step": ("split", "user_step"), "split/twin": ("split", "tw
           "twin/user_step": ("twin", "user_step"), "twin_called/user_step": ("twin_called", "user_step")}
 
 
-def programs(files, options: Tf2Options) -> dict:
-    """{name: (call(batch), iterator)}: the four programs of the module docstring, each on its own model."""
+def programs(files, options: Tf2Options) -> tuple[dict, object]:
+    """({name: (call(batch), iterator)}, the twin's state copies to keep alive): the four programs of the module
+    docstring, each on its own model."""
     from smartstage import tf2
     from smartstage.tf2.step.functions import whole_step_function
     from smartstage.tf2.step.state import classify, static_tables
@@ -62,32 +62,22 @@ def programs(files, options: Tf2Options) -> dict:
     return {"user_step": (user, fresh()),
             "twin": (lambda batch: whole(*tf.nest.flatten(batch, expand_composites=True)), fresh()),
             "twin_called": ((lambda batch: as_called(*batch)) if traced.unpack else as_called, fresh()),
-            "split": (split.step, iter(split.dataset)),
-            "_keep": (copies, None)}
-
-
-def steps_per_second(call, iterator, steps: int) -> float:
-    start = time.perf_counter()
-    out = None
-    for _ in range(steps):
-        out = call(next(iterator))
-    float(tf.nest.flatten(out)[0])
-    return steps / (time.perf_counter() - start)
+            "split": (split.step, iter(split.dataset))}, copies
 
 
 def measure(rows: int, device_ms: float, repeats: int, steps: int, warmup: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="smartstage-trial-twin-") as tmp:
         files = prepare_criteo(tmp, num_rows=rows, seed=0)
-        built = programs(files, on_device(Tf2Options(), device_ms))
-        timed = {name: p for name, p in built.items() if not name.startswith("_")}
-        for call, iterator in timed.values():
-            steps_per_second(call, iterator, warmup)
+        built, _copies = programs(files, on_device(Tf2Options(), device_ms))
+        timed = {name: Program(name, call, iterator) for name, (call, iterator) in built.items()}
+        for program in timed.values():
+            program.timed(warmup)
         rates: dict[str, list[float]] = {name: [] for name in timed}
         for round_ in range(repeats):
             names = list(timed)[round_ % len(timed):] + list(timed)[:round_ % len(timed)]
             for name in names:
                 settle()
-                rates[name].append(steps_per_second(*timed[name], steps))
+                rates[name].append(timed[name].timed(steps))
     ratios = {key: [a / b for a, b in zip(rates[top], rates[bottom])] for key, (top, bottom) in RATIOS.items()}
     return {"device_ms": device_ms, "repeats": repeats, "steps": steps,
             "steps_per_second": {k: {"values": v, "spread": asdict(Spread.of(v))} for k, v in rates.items()},
