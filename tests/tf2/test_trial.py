@@ -263,3 +263,51 @@ def test_the_logged_verdict_states_the_trials_wall_time(quick_trial, caplog):
         verdict = trial.time_programs((step, dataset), (step, dataset))
     assert verdict.seconds > 0.1  # the warm-up alone runs 0.5 s
     assert f"the trial took {verdict.seconds:.1f} s" in caplog.text
+
+
+def _random_program():
+    """A custom-loop step with every kind of random state a step may draw from: a Keras Dropout (its
+    SeedGenerator), a tf.random.Generator, and an op-seeded stateful op under the global seed."""
+    tf.random.set_seed(3)
+    weights = tf.Variable(tf.ones([64, 4]), name="weights")
+    generator = tf.random.Generator.from_seed(5)
+    dropout = tf.keras.layers.Dropout(0.3, seed=11)
+    optimizer = tf.keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def step(batch):
+        ids = tf.strings.to_hash_bucket_fast(batch["tag"], 64)
+        with tf.GradientTape() as tape:
+            hidden = dropout(tf.gather(weights, ids), training=True)
+            noise = generator.normal(tf.shape(hidden)) * 0.01 + tf.random.uniform(tf.shape(hidden), maxval=0.01)
+            loss = tf.reduce_mean(hidden + noise)
+        optimizer.apply_gradients([(tape.gradient(loss, weights), weights)])
+        return loss
+
+    tags = tf.constant([f"t{i % 7}" for i in range(64)])
+    dataset = tf.data.Dataset.from_tensor_slices({"tag": tags}).batch(8).repeat(3)
+    return step, dataset, lambda: [weights.numpy(), generator.state.numpy()] + [v.numpy() for v in
+                                                                                  optimizer.variables]
+
+
+@pytest.mark.parametrize("pays", [True, False], ids=["kept_split", "kept_unsplit"])
+def test_a_custom_loop_timed_by_the_trial_trains_as_the_unsplit_loop(pays, quick_trial, monkeypatch):
+    from smartstage.tf2.step.user_state import snapshot
+
+    step, dataset, values = _random_program()
+    expected = [float(step(batch)) for batch in dataset]
+    expected_values = values()
+
+    monkeypatch.setattr(trial, "PAYS_AT", ALWAYS if pays else NEVER)
+    step, dataset, values = _random_program()
+    before, globals_before = values(), snapshot()
+    try:
+        halves = split(step, dataset, measure=True)
+        loop = (halves.step, halves.dataset)
+    except NothingToMoveError:
+        loop = (step, dataset)
+    assert snapshot().differences(globals_before) == [] and globals_before.differences(snapshot()) == []
+    assert all(np.array_equal(a, b) for a, b in zip(before, values()))  # deciding trained nothing
+    assert (loop[0] is step) != pays
+    assert [float(loop[0](batch)) for batch in loop[1]] == expected  # bit-identical, step by step
+    assert all(np.array_equal(a, b) for a, b in zip(expected_values, values()))
