@@ -265,9 +265,10 @@ def test_the_logged_verdict_states_the_trials_wall_time(quick_trial, caplog):
     assert f"the trial took {verdict.seconds:.1f} s" in caplog.text
 
 
-def _random_program():
+def _random_program(reshuffle: bool = False):
     """A custom-loop step with every kind of random state a step may draw from: a Keras Dropout (its
-    SeedGenerator), a tf.random.Generator, and an op-seeded stateful op under the global seed."""
+    SeedGenerator), a tf.random.Generator, and an op-seeded stateful op under the global seed; with
+    `reshuffle`, on a dataset that reshuffles each iteration (Dataset.shuffle's default)."""
     tf.random.set_seed(3)
     weights = tf.Variable(tf.ones([64, 4]), name="weights")
     generator = tf.random.Generator.from_seed(5)
@@ -284,8 +285,8 @@ def _random_program():
         optimizer.apply_gradients([(tape.gradient(loss, weights), weights)])
         return loss
 
-    tags = tf.constant([f"t{i % 7}" for i in range(64)])
-    dataset = tf.data.Dataset.from_tensor_slices({"tag": tags}).batch(8).repeat(3)
+    tags = tf.data.Dataset.from_tensor_slices({"tag": tf.constant([f"t{i % 7}" for i in range(64)])})
+    dataset = (tags.shuffle(64, seed=1) if reshuffle else tags).batch(8).repeat(3)
     return step, dataset, lambda: [weights.numpy(), generator.state.numpy()] + [v.numpy() for v in
                                                                                   optimizer.variables]
 
@@ -310,4 +311,21 @@ def test_a_custom_loop_timed_by_the_trial_trains_as_the_unsplit_loop(pays, quick
     assert all(np.array_equal(a, b) for a, b in zip(before, values()))  # deciding trained nothing
     assert (loop[0] is step) != pays
     assert [float(loop[0](batch)) for batch in loop[1]] == expected  # bit-identical, step by step
+    assert all(np.array_equal(a, b) for a, b in zip(expected_values, values()))
+
+
+def test_a_custom_loop_on_a_reshuffling_dataset_is_split_untimed_and_trains_as_the_unsplit_loop(quick_trial):
+    from smartstage.tf2.step.user_state import snapshot
+
+    step, dataset, values = _random_program(reshuffle=True)
+    expected = [float(step(batch)) for batch in dataset]
+    expected_values = values()
+
+    step, dataset, values = _random_program(reshuffle=True)
+    before, globals_before = values(), snapshot()
+    halves = split(step, dataset, measure=True)
+    assert globals_before.differences(snapshot()) == [] and snapshot().differences(globals_before) == []
+    assert all(np.array_equal(a, b) for a, b in zip(before, values()))
+    assert halves.trial.ratio is None and "reshuffles each iteration" in halves.trial.skipped
+    assert [float(halves.step(batch)) for batch in halves.dataset] == expected  # the same batch order
     assert all(np.array_equal(a, b) for a, b in zip(expected_values, values()))
