@@ -35,6 +35,7 @@ KEYS = ("user", "item")
 def quick_trial(monkeypatch):
     """Two rounds of a few steps: the decision logic, not the machine, is under test."""
     monkeypatch.setattr(trial, "ROUNDS", 2)
+    monkeypatch.setattr(trial, "MAX_ROUNDS", 2)
     monkeypatch.setattr(trial, "ROUND_SECONDS", 0.02)
 
 
@@ -53,6 +54,37 @@ def test_verdict_is_the_median_of_the_round_ratios():
     assert slower.ratio == 0.85 and not slower.pays
     assert slower.text().startswith("the split step ran 0.85x the unsplit one (median of 3 interleaved rounds, "
                                     "0.80-0.95;")
+
+
+def _scripted_rates(monkeypatch, split_rate: float):
+    """Every timed run of the split program reports `split_rate` steps/s, of the unsplit one 100."""
+    last = []
+
+    def run(program, iterator, steps):
+        program.call(iterator)  # the step records which program this is
+        return split_rate if last[-1] == "split" else 100.0
+
+    monkeypatch.setattr(trial, "_run", run)
+    return lambda name: (lambda element: last.append(name))
+
+
+@pytest.mark.parametrize("split_rate, budget, rounds", [
+    (103.0, 60.0, 9),   # 1.03x: within UNSURE of the 1.05 margin, so the rounds go on to MAX_ROUNDS
+    (108.0, 60.0, 9),   # 1.08x: as near above the margin
+    (150.0, 60.0, 3),   # clearly pays: ROUNDS rounds
+    (80.0, 60.0, 3),    # clearly slower: ROUNDS rounds
+    (103.0, 0.0, 3),    # near the margin, but the budget is spent: no round past MIN_ROUNDS
+])
+def test_a_median_near_the_keep_margin_is_decided_on_more_rounds(monkeypatch, split_rate, budget, rounds):
+    monkeypatch.setattr(trial, "ROUNDS", 3)
+    monkeypatch.setattr(trial, "MAX_ROUNDS", 9)
+    monkeypatch.setattr(trial, "BUDGET_SECONDS", budget)
+    step_of = _scripted_rates(monkeypatch, split_rate)
+    dataset = tf.data.Dataset.range(4)
+    verdict = trial.time_programs((step_of("split"), dataset), (step_of("unsplit"), dataset))
+    assert len(verdict.ratios) == rounds
+    assert verdict.ratio == pytest.approx(split_rate / 100.0)
+    assert verdict.pays == (split_rate >= 105.0)
 
 
 def test_a_step_that_cannot_be_copied_is_not_timed_and_keeps_its_split():

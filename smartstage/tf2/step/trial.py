@@ -40,6 +40,10 @@ from smartstage.tf2.step.user_state import SavedValues, iteration_changes
 logger = logging.getLogger(__name__)
 
 ROUNDS = 7  # interleaved rounds per program: a median over a shared machine's bursts
+# When the median of ROUNDS rounds lies within UNSURE of the keep margin, the rounds go on up to MAX_ROUNDS (the
+# budget still holds): a verdict that one round more or less would flip rests on more rounds.
+UNSURE = 0.05
+MAX_ROUNDS = 15
 ROUND_SECONDS = 0.3  # about how long one program runs per round
 WARMUP_SECONDS = 0.5  # each program runs this long before the rounds: tf.data's AUTOTUNE settles its buffers
 MIN_STEPS, MAX_STEPS = 5, 400  # steps per round, whatever the step's speed
@@ -250,14 +254,22 @@ def _time_programs(split, unsplit, in_function: bool, rounds: int | None, second
     steps = steps_for(seconds)
     rates: dict[str, list[float]] = {name: [] for name in programs}
     budget = BUDGET_SECONDS  # looked up per call, as the other settings
-    for round_ in range(rounds):
+    threshold = _threshold(threshold)
+    for round_ in range(max(rounds, MAX_ROUNDS)):
+        if round_ >= rounds and not _unsure(rates, threshold):
+            break
         if round_ >= min(rounds, MIN_ROUNDS) and time.perf_counter() - started > budget:
             break
         order = list(programs) if round_ % 2 == 0 else list(reversed(programs))
         for name in order:
             rates[name].append(_run(programs[name][0], iterators[name], steps))
-    return Verdict(tuple(rates["split"]), tuple(rates["unsplit"]), threshold=_threshold(threshold),
-                   steps_per_call=per_call)
+    return Verdict(tuple(rates["split"]), tuple(rates["unsplit"]), threshold=threshold, steps_per_call=per_call)
+
+
+def _unsure(rates: dict[str, list[float]], threshold: float) -> bool:
+    """Whether the median split/unsplit ratio of the rounds so far lies within UNSURE of `threshold`."""
+    ratios = [s / u for s, u in zip(rates["split"], rates["unsplit"])]
+    return bool(ratios) and abs(statistics.median(ratios) - threshold) < UNSURE
 
 
 def time_split(halves, dataset: tf.data.Dataset, *, in_function: bool = False, rounds: int | None = None,
@@ -373,5 +385,5 @@ def time_eager_steps(split: tuple[Callable, tf.data.Dataset], unsplit: tuple[Cal
         saved.restore()
 
 
-__all__ = ["MAX_COPY_BYTES", "NotTimeable", "PAYS_AT", "ROUNDS", "StateCopies", "Verdict", "state_copies",
+__all__ = ["MAX_COPY_BYTES", "MAX_ROUNDS", "NotTimeable", "PAYS_AT", "ROUNDS", "StateCopies", "Verdict", "state_copies",
            "time_eager_steps", "time_programs", "time_split", "time_steps"]
