@@ -383,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
         "settings_mode": f"{mode.rows} rows, batch {options.batch_size}, {mode.repeats} rounds of {mode.steps} "
                          f"steps per program after {mode.warmup} warm-up steps",
         "command": "python -m benchmarks.tf2" + {"full": "", "quick": " --quick", "smoke": " --smoke"}[mode_name]
-                   + ("" if args.kinds == (STEP_KIND if args.smoke else every) else f" --kinds {args.kinds}"),
+                   + ("" if args.kinds == (STEP_KIND if args.smoke else every) else f" --kinds {args.kinds}")
+                   + (f" --repeats {args.repeats}" if args.repeats else "")
+                   + (f" --steps {args.steps}" if args.steps else ""),
         "check_steps": mode.check_steps, "settings": settings, "kinds": by_kind, "load_average_at_end": load_average(),
         "grappler_arithmetic_optimization": args.grappler_arithmetic, "op_determinism": True,
     }

@@ -134,12 +134,14 @@ def test_the_held_out_best_grid_point_is_picked_on_the_other_repeats():
 
 def test_tf2_smoke_measures_every_program(tmp_path):
     # Its own process (eager mode, TensorFlow 2's default, which the suite's conftest turns off here).
-    proc = run_benchmark("tf2", tmp_path, "--smoke", quiet_seconds=SMOKE_SECONDS["tf2"])
+    proc = run_benchmark("tf2", tmp_path, "--smoke", "--repeats", "3", quiet_seconds=SMOKE_SECONDS["tf2"])
     result = _latest(tmp_path, "tf2")
+    assert result["command"] == "python -m benchmarks.tf2 --smoke --repeats 3"  # the report re-runs as it ran
     assert [s["device_ms"] for s in result["settings"]] == [0.0, 5.0]
     for setting in result["settings"]:
         for program in ("in_model", "handwritten", "smartstage", "split_untimed"):
             assert setting["steps_per_second"][program]["spread"]["median"] > 0, program
+            assert len(setting["steps_per_second"][program]["values"]) == 3, program
             assert setting["losses_identical"][program], program
         assert "moved" in setting["split_notes"] and setting["kept"].startswith(("split (", "unsplit ("))
     assert "| CPU |" in proc.stdout and "| accelerator (emulated, 5 ms/step) |" in proc.stdout
