@@ -9,6 +9,11 @@ Scaling runs (`benchmarks.scaling`): per size, optimize()'s CPU seconds and thei
 in the same run. TF2 runs (`benchmarks.tf2`): per model kind and setting, SmartStage's ratios to the in-model
 step and to the hand-written map (median and range over the rounds). Strategy runs (`benchmarks.tf2_strategy`):
 per kind and setting, ss.tf2.fit / model.fit. Each run's figures are its own; neither is re-measured here.
+
+Beside each TF2 and strategy ratio, whether the newer run is slower beyond its rounds' spread: a one-sided
+permutation test of the two runs' per-round ratios (scipy, in the [report] extra). "p" is the chance, were the
+rounds of both runs drawn alike, of a newer median as far below the older one as measured; "slower" from
+p < 0.05. Across 30 rows about one in twenty reads "slower" by chance alone.
 """
 
 from __future__ import annotations
@@ -74,13 +79,49 @@ def _setting(device_ms: float) -> str:
     return "CPU" if not device_ms else f"device {device_ms:g} ms"
 
 
+SLOWER_BELOW = 0.05  # the permutation test's p under which the newer run reads "slower"
+
+
+def slower_p(old: list[float], new: list[float]) -> float:
+    """The one-sided permutation test's p that the newer run's rounds are slower than the older run's: the share
+    of the relabelings of the pooled rounds whose newer median lies as far below the older one as measured
+    (exact when there are at most 20000 relabelings, else 20000 drawn with a fixed seed).
+
+        before:  medians 1.02 (0.96-1.12) and 0.98 (0.93-1.14): slower, or the rounds' spread?
+        after:   slower_p(old, new) -> 0.16: within the spread
+    """
+    try:
+        import numpy as np
+        from scipy import stats
+    except ImportError as e:
+        raise SystemExit("side_by_side: the permutation test needs scipy: pip install -e '.[report]'") from e
+
+    def newer_below(a, b, axis):
+        return np.median(a, axis=axis) - np.median(b, axis=axis)
+
+    return float(stats.permutation_test((new, old), newer_below, permutation_type="independent", vectorized=True,
+                                        alternative="less", n_resamples=20000, random_state=0).pvalue)
+
+
+def _slower(old: list[float] | None, new: list[float] | None) -> str:
+    if not old or not new:
+        return "-"
+    p = slower_p(old, new)
+    return f"{'slower' if p < SLOWER_BELOW else 'no'} (p {p:.2f})"
+
+
 def _ratio_rows(before: dict, after: dict, label: str) -> list[str]:
     rows = []
     for key in sorted(set(before) | set(after)):
         old, new = before.get(key), after.get(key)
         rows.append(f"| {key[0]} | {_setting(key[1])} | {label or key[2]} | "
-                    f"{Spread.of(old).text(2) if old else '-'} | {Spread.of(new).text(2) if new else '-'} |")
+                    f"{Spread.of(old).text(2) if old else '-'} | {Spread.of(new).text(2) if new else '-'} | "
+                    f"{_slower(old, new)} |")
     return rows
+
+
+def _ratio_head(old: dict, new: dict) -> list[str]:
+    return [f"| kind | setting | ratio | {_head(old)} | {_head(new)} | newer slower? |", "|---|---|---|---|---|---|"]
 
 
 def tf2_table(old: dict, new: dict) -> str:
@@ -98,8 +139,7 @@ def tf2_table(old: dict, new: dict) -> str:
                         out[(kind, setting["device_ms"], name)] = values
         return out
 
-    lines = [f"| kind | setting | ratio | {_head(old)} | {_head(new)} |", "|---|---|---|---|---|"]
-    return "\n".join(lines + _ratio_rows(ratios(old), ratios(new), ""))
+    return "\n".join(_ratio_head(old, new) + _ratio_rows(ratios(old), ratios(new), ""))
 
 
 def tf2_strategy_table(old: dict, new: dict) -> str:
@@ -107,8 +147,7 @@ def tf2_strategy_table(old: dict, new: dict) -> str:
     def ratios(run):
         return {(m["kind"], m["device_ms"], ""): m["ratios"] for m in run.get("measured", [])}
 
-    lines = [f"| kind | setting | ratio | {_head(old)} | {_head(new)} |", "|---|---|---|---|---|"]
-    return "\n".join(lines + _ratio_rows(ratios(old), ratios(new), "ss.tf2.fit / model.fit"))
+    return "\n".join(_ratio_head(old, new) + _ratio_rows(ratios(old), ratios(new), "ss.tf2.fit / model.fit"))
 
 
 TABLES = {"scaling": scaling_table, "tf2": tf2_table, "tf2_strategy": tf2_strategy_table}

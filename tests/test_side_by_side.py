@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import statistics
+
+import pytest
 
 from benchmarks import side_by_side
 
@@ -54,9 +58,14 @@ def test_tf2_runs_side_by_side_per_kind_setting_and_ratio():
                 "settings": [setting], "kinds": {"tf_keras_functional": [dict(setting, device_ms=0.0)]}}
 
     assert side_by_side.tf2_table(run("a", 1.0), run("b", 1.2)).splitlines()[2:] == [
-        "| dlrm_step | device 5 ms | smartstage/in_model | 1.00 (0.90-1.10) | 1.20 (1.10-1.30) |",
-        "| tf_keras_functional | CPU | smartstage/in_model | 1.00 (0.90-1.10) | 1.20 (1.10-1.30) |",
+        "| dlrm_step | device 5 ms | smartstage/in_model | 1.00 (0.90-1.10) | 1.20 (1.10-1.30) | no (p 1.00) |",
+        "| tf_keras_functional | CPU | smartstage/in_model | 1.00 (0.90-1.10) | 1.20 (1.10-1.30) | no (p 1.00) |",
     ]
+    slower = side_by_side.tf2_table(run("a", 1.0), run("b", 0.7)).splitlines()
+    assert slower[0].endswith("| newer slower? |")
+    # 3 rounds each, every newer one below every older one: 2 of the 20 relabelings put the newer median as far
+    # below, p 0.10, so three rounds a side cannot read "slower"
+    assert slower[2].endswith("| 1.00 (0.90-1.10) | 0.70 (0.60-0.80) | no (p 0.10) |")
 
 
 def test_tf2_strategy_runs_side_by_side_with_a_kind_only_one_run_has():
@@ -65,6 +74,28 @@ def test_tf2_strategy_runs_side_by_side_with_a_kind_only_one_run_has():
                 "measured": [{"kind": k, "device_ms": 0.0, "ratios": [0.9, 1.0, 0.95]} for k in kinds]}
 
     assert side_by_side.tf2_strategy_table(run("a", ["f"]), run("b", ["f", "s"])).splitlines()[2:] == [
-        "| f | CPU | ss.tf2.fit / model.fit | 0.95 (0.90-1.00) | 0.95 (0.90-1.00) |",
-        "| s | CPU | ss.tf2.fit / model.fit | - | 0.95 (0.90-1.00) |",
+        "| f | CPU | ss.tf2.fit / model.fit | 0.95 (0.90-1.00) | 0.95 (0.90-1.00) | no (p 0.70) |",
+        "| s | CPU | ss.tf2.fit / model.fit | - | 0.95 (0.90-1.00) | - |",
     ]
+
+
+def _brute_force_p(old, new):
+    """The permutation test by enumeration: every way to label len(new) of the pooled rounds "newer"."""
+    pool, observed = old + new, statistics.median(new) - statistics.median(old)
+    labelings = list(itertools.combinations(range(len(pool)), len(new)))
+    below = sum(statistics.median([pool[i] for i in picked])
+                - statistics.median([pool[i] for i in range(len(pool)) if i not in picked]) <= observed + 1e-12
+                for picked in labelings)
+    return below / len(labelings)
+
+
+@pytest.mark.parametrize("old, new, slower", [
+    ([1.0, 1.01, 1.02, 1.03, 1.04], [0.90, 0.91, 0.92, 0.93, 0.94], True),   # every newer round below: 6/252
+    ([1.02, 0.96, 1.12, 0.98, 1.05], [0.98, 0.93, 1.14, 1.0, 0.95, 1.01, 0.97], False),  # within the spread
+    ([0.94, 0.96, 0.98], [0.92, 0.93, 0.97, 0.95], False),
+    ([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], False),  # identical runs: every relabeling ties
+])
+def test_slower_p_is_the_permutation_tests_p(old, new, slower):
+    p = side_by_side.slower_p(old, new)
+    assert p == pytest.approx(_brute_force_p(old, new))
+    assert (p < side_by_side.SLOWER_BELOW) == slower
