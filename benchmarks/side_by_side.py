@@ -13,7 +13,9 @@ per kind and setting, ss.tf2.fit / model.fit. Each run's figures are its own; ne
 Beside each TF2 and strategy ratio, whether the newer run is slower beyond its rounds' spread: a one-sided
 permutation test of the two runs' per-round ratios (scipy, in the [report] extra). "p" is the chance, were the
 rounds of both runs drawn alike, of a newer median as far below the older one as measured; "slower" from
-p < 0.05. Across 30 rows about one in twenty reads "slower" by chance alone.
+p < 0.05. Across 30 rows about one in twenty reads "slower" by chance alone; and the test takes the two runs'
+rounds as drawn alike, so a host that ran slower through one whole run reads "slower" too. A row whose program
+is the same in both runs (a TF2 row where both trials kept the unmodified program) shows how often that happens.
 """
 
 from __future__ import annotations
