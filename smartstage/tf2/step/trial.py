@@ -40,8 +40,8 @@ from smartstage.tf2.step.user_state import SavedValues, iteration_changes
 logger = logging.getLogger(__name__)
 
 ROUNDS = 7  # interleaved rounds per program: a median over a shared machine's bursts
-# When the median of ROUNDS rounds lies within UNSURE of the keep margin, the rounds go on up to MAX_ROUNDS (the
-# budget still holds): a verdict that one round more or less would flip rests on more rounds.
+# While the median of the rounds so far lies within UNSURE of the keep margin, rounds go on past ROUNDS, up to
+# MAX_ROUNDS (the budget still holds): a verdict that one round more or less would flip rests on more rounds.
 UNSURE = 0.05
 MAX_ROUNDS = 15
 ROUND_SECONDS = 0.3  # about how long one program runs per round
@@ -385,5 +385,5 @@ def time_eager_steps(split: tuple[Callable, tf.data.Dataset], unsplit: tuple[Cal
         saved.restore()
 
 
-__all__ = ["MAX_COPY_BYTES", "MAX_ROUNDS", "NotTimeable", "PAYS_AT", "ROUNDS", "StateCopies", "Verdict", "state_copies",
-           "time_eager_steps", "time_programs", "time_split", "time_steps"]
+__all__ = ["MAX_COPY_BYTES", "MAX_ROUNDS", "NotTimeable", "PAYS_AT", "ROUNDS", "StateCopies", "Verdict",
+           "state_copies", "time_eager_steps", "time_programs", "time_split", "time_steps"]
