@@ -11,10 +11,14 @@ and subclassed: Keras 3's model.fit averages a first batch over the replicas, wh
 built twice under the strategy, from the same seeds:
   model.fit     the model with its preprocessing inside: each replica preprocesses its slice in its step
   ss.tf2.fit    the same model through ss.tf2.fit(measure=False): each replica's preprocessing in the dataset
-First both train one epoch of `check` steps and their losses are compared bit for bit. Then `repeats` rounds,
-each timing one fit(epochs=1) call of `steps` batches per program in a rotated order; the ratio is taken
-within each round. Reported: median and range of steps/s and of the ratio. A split under a strategy is not
-timed by fit (measure=True keeps it), so this is the number that says whether it pays.
+  control       a second copy of the first, model.fit again: the same program, timed in the same rounds
+First the three train one epoch of `check` steps and their losses are compared bit for bit. Then `repeats`
+rounds, each timing one fit(epochs=1) call of `steps` batches per program in a rotated order; the ratios are
+taken within each round. Reported: median and range of steps/s and of ss.tf2.fit / model.fit, beside the
+control's model.fit / model.fit, and a one-sided permutation test of whether ss.tf2.fit's ratios lie below the
+control's (benchmarks.side_by_side.slower_p): whole fit calls on a shared host run at rate levels a factor of
+two apart, and the control shows what that alone does to a ratio in the same rounds. A split under a strategy
+is not timed by fit (measure=True keeps it), so this is the number that says whether it pays.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ import time
 from typing import Any
 
 from benchmarks.fit_rounds import FitMode, add_mode_arguments, chosen_mode, command_line, fit_rounds
+from benchmarks.side_by_side import SLOWER_BELOW, slower_p
 
 REPLICAS = 2
 KINDS = ("tf_keras_functional", "tf_keras_subclassed")
-PROGRAMS = ("model_fit", "smartstage_fit")
+PROGRAMS = ("model_fit", "smartstage_fit", "control")
 
 logger = logging.getLogger(__name__)
 
@@ -59,21 +64,24 @@ def measure(kind: str, files, options, mode: FitMode, strategy) -> dict[str, Any
     def run(program: str, steps: int):
         data = raw.take(steps)
         model = models[program]
-        if program == "model_fit":
+        if program != "smartstage_fit":
             return model.fit(data, epochs=1, verbose=0)
         return sst.fit(model, data, epochs=1, verbose=0, measure=False)
 
     histories = {p: run(p, mode.check) for p in PROGRAMS}  # also traces both and splits once
-    identical = histories["model_fit"].history["loss"] == histories["smartstage_fit"].history["loss"]
+    losses = {p: histories[p].history["loss"] for p in PROGRAMS}
+    identical = losses["model_fit"] == losses["smartstage_fit"] == losses["control"]
     # equal_nan: the model's first MLP kernel holds NaNs after a few steps in both programs alike.
-    weights = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(models["model_fit"].get_weights(),
-                                                                      models["smartstage_fit"].get_weights()))
+    weights = all(np.array_equal(a, b, equal_nan=True) for p in ("smartstage_fit", "control")
+                  for a, b in zip(models["model_fit"].get_weights(), models[p].get_weights()))
     split = histories["smartstage_fit"].smartstage
     rates = fit_rounds(run, PROGRAMS, mode.steps, mode.repeats)
     ratios = [s / m for s, m in zip(rates["smartstage_fit"], rates["model_fit"])]
+    control = [c / m for c, m in zip(rates["control"], rates["model_fit"])]
     return {"kind": kind, "device_ms": options.device_ms, "losses_identical": identical,
             "weights_identical": weights, "moved": len(split.train.split.moved),
-            "boundary": len(split.train.split.boundary), "rates": rates, "ratios": ratios}
+            "boundary": len(split.train.split.boundary), "rates": rates, "ratios": ratios,
+            "control_ratios": control, "below_control_p": slower_p(control, ratios)}
 
 
 def report_text(result: dict[str, Any]) -> str:
@@ -88,21 +96,27 @@ def report_text(result: dict[str, Any]) -> str:
     rows = []
     for m in result["measured"]:
         setting = "CPU" if m["device_ms"] == 0 else f"device {m['device_ms']:g} ms"
+        p = m["below_control_p"]
         rows.append([m["kind"], setting, f"{m['moved']} / {m['boundary']}",
                      "yes" if m["losses_identical"] and m["weights_identical"] else "NO",
-                     spread(m["rates"]["model_fit"]), spread(m["rates"]["smartstage_fit"]), spread(m["ratios"])])
+                     spread(m["rates"]["model_fit"]), spread(m["rates"]["smartstage_fit"]), spread(m["ratios"]),
+                     spread(m["control_ratios"]), f"{'slower' if p < SLOWER_BELOW else 'no'} (p {p:.2f})"])
     lines.append(markdown_table(["kind", "setting", "ops moved / boundary tensors per replica",
                                  "losses and weights identical", "model.fit steps/s", "ss.tf2.fit steps/s",
-                                 "ss.tf2.fit / model.fit"], rows))
+                                 "ss.tf2.fit / model.fit", "control: model.fit again / model.fit",
+                                 "ss.tf2.fit below the control?"], rows))
     lines.append("")
-    lines.append("Medians with the range over the rounds; the ratio is taken within each round. Steps/s of each "
+    lines.append("Medians with the range over the rounds; the ratios are taken within each round. The control is "
+                 "a second copy of the model trained by model.fit in the same rounds; the last column is a "
+                 "one-sided permutation test of the two ratios' rounds (\"slower\" from p < 0.05). Steps/s of each "
                  "round, in the order run:")
     lines.append("")
     for m in result["measured"]:
         setting = "CPU" if m["device_ms"] == 0 else f"device {m['device_ms']:g} ms"
         lines.append(f"- {m['kind']}, {setting}: model.fit "
                      f"{', '.join(f'{r:.0f}' for r in m['rates']['model_fit'])}; ss.tf2.fit "
-                     f"{', '.join(f'{r:.0f}' for r in m['rates']['smartstage_fit'])}")
+                     f"{', '.join(f'{r:.0f}' for r in m['rates']['smartstage_fit'])}; control "
+                     f"{', '.join(f'{r:.0f}' for r in m['rates']['control'])}")
     return "\n".join(lines)
 
 

@@ -40,7 +40,7 @@ SMOKE_SECONDS = {
     "tf2_routes --kinds keras3_functional": 40.0,  # tf2_routes --smoke --kinds keras3_functional: 31 s CPU;
                                                    # 35 s wall at load 0.4
     "tf2_trial_twin": 20.0,      # tf2_trial_twin --smoke: 8 s CPU; 12 s wall at load 0.5
-    "tf2_strategy": 100.0,       # tf2_strategy --smoke: 53-61 s CPU; 96 s wall at load 12, nice -15
+    "tf2_strategy": 130.0,       # tf2_strategy --smoke (with its control program): 79 s CPU; 81 s wall at load 1.3
     "accelerator_probe": 25.0,   # accelerator_probe --smoke --points auto,1s,2o: 11-12 s CPU; 23 s wall at
                                  # load 7.7, nice -15
     "second_session": 60.0,      # second_session --smoke: 42-49 s CPU; 60 s wall at load 9.3, nice -15

@@ -38,7 +38,8 @@ def test_smoke_measures_every_kind_and_plots(tmp_path):
 
 
 def test_strategy_smoke_compares_fit_and_model_fit_under_two_replicas(tmp_path):
-    #   python -m benchmarks.tf2_strategy --smoke: two tf_keras kinds, CPU and 5 ms device, 2 replicas
+    #   python -m benchmarks.tf2_strategy --smoke: two tf_keras kinds, CPU and 5 ms device, 2 replicas, with
+    #   model.fit's copy as the control
     run_benchmark("tf2_strategy", tmp_path, "--smoke", quiet_seconds=SMOKE_SECONDS["tf2_strategy"])
     result = json.loads((tmp_path / "tf2-strategy-latest.json").read_text())
     assert [(m["kind"], m["device_ms"]) for m in result["measured"]] == [
@@ -47,7 +48,10 @@ def test_strategy_smoke_compares_fit_and_model_fit_under_two_replicas(tmp_path):
     for m in result["measured"]:
         assert m["losses_identical"] and m["weights_identical"] and m["moved"] > 0, m["kind"]
         assert len(m["ratios"]) == 2 and all(r > 0 for r in m["ratios"]), m["kind"]
-    assert "| tf_keras_subclassed | device 5 ms |" in (tmp_path / "tf2-strategy-latest.md").read_text()
+        assert len(m["control_ratios"]) == 2 and all(r > 0 for r in m["control_ratios"]), m["kind"]
+        assert len(m["rates"]["control"]) == 2 and 0 < m["below_control_p"] <= 1, m["kind"]
+    report = (tmp_path / "tf2-strategy-latest.md").read_text()
+    assert "| tf_keras_subclassed | device 5 ms |" in report and "| control: model.fit again / model.fit |" in report
 
 
 def test_routes_smoke_trains_both_routes_as_model_fit(tmp_path):
