@@ -105,11 +105,13 @@ def slower_p(old: list[float], new: list[float]) -> float:
                                         alternative="less", n_resamples=20000, random_state=0).pvalue)
 
 
-def _slower(old: list[float] | None, new: list[float] | None) -> str:
-    if not old or not new:
-        return "-"
-    p = slower_p(old, new)
+def slower_text(p: float) -> str:
+    """A permutation test's p as a table cell: "slower (p 0.01)" below SLOWER_BELOW, else "no (p 0.40)"."""
     return f"{'slower' if p < SLOWER_BELOW else 'no'} (p {p:.2f})"
+
+
+def _slower(old: list[float] | None, new: list[float] | None) -> str:
+    return slower_text(slower_p(old, new)) if old and new else "-"
 
 
 def _ratio_rows(before: dict, after: dict, label: str) -> list[str]:

@@ -8,7 +8,7 @@
 The host's CPU is split into two logical devices, one replica each (as two GPUs would hold one each). Each Keras
 kind of benchmarks/tf2_kinds.py with string inputs that model.fit takes under a strategy (tf_keras functional
 and subclassed: Keras 3's model.fit averages a first batch over the replicas, which strings cannot take) is
-built twice under the strategy, from the same seeds:
+built three times under the strategy, from the same seeds:
   model.fit     the model with its preprocessing inside: each replica preprocesses its slice in its step
   ss.tf2.fit    the same model through ss.tf2.fit(measure=False): each replica's preprocessing in the dataset
   control       a second copy of the first, model.fit again: the same program, timed in the same rounds
@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from benchmarks.fit_rounds import FitMode, add_mode_arguments, chosen_mode, command_line, fit_rounds
-from benchmarks.side_by_side import SLOWER_BELOW, slower_p
+from benchmarks.side_by_side import slower_p, slower_text
 
 REPLICAS = 2
 KINDS = ("tf_keras_functional", "tf_keras_subclassed")
@@ -68,7 +68,7 @@ def measure(kind: str, files, options, mode: FitMode, strategy) -> dict[str, Any
             return model.fit(data, epochs=1, verbose=0)
         return sst.fit(model, data, epochs=1, verbose=0, measure=False)
 
-    histories = {p: run(p, mode.check) for p in PROGRAMS}  # also traces both and splits once
+    histories = {p: run(p, mode.check) for p in PROGRAMS}  # also traces all three and splits once
     losses = {p: histories[p].history["loss"] for p in PROGRAMS}
     identical = losses["model_fit"] == losses["smartstage_fit"] == losses["control"]
     # equal_nan: the model's first MLP kernel holds NaNs after a few steps in both programs alike.
@@ -96,11 +96,10 @@ def report_text(result: dict[str, Any]) -> str:
     rows = []
     for m in result["measured"]:
         setting = "CPU" if m["device_ms"] == 0 else f"device {m['device_ms']:g} ms"
-        p = m["below_control_p"]
         rows.append([m["kind"], setting, f"{m['moved']} / {m['boundary']}",
                      "yes" if m["losses_identical"] and m["weights_identical"] else "NO",
                      spread(m["rates"]["model_fit"]), spread(m["rates"]["smartstage_fit"]), spread(m["ratios"]),
-                     spread(m["control_ratios"]), f"{'slower' if p < SLOWER_BELOW else 'no'} (p {p:.2f})"])
+                     spread(m["control_ratios"]), slower_text(m["below_control_p"])])
     lines.append(markdown_table(["kind", "setting", "ops moved / boundary tensors per replica",
                                  "losses and weights identical", "model.fit steps/s", "ss.tf2.fit steps/s",
                                  "ss.tf2.fit / model.fit", "control: model.fit again / model.fit",
