@@ -21,7 +21,7 @@ from smartstage.tf2.keras.fit import NotSplit, StepFit
 from smartstage.tf2.step import trial
 from smartstage.tf2.step.split import split
 from smartstage.tf2.step.trial import Verdict, time_split
-from smartstage.tf2.step.user_state import iteration_changes
+from smartstage.tf2.step.user_state import iteration_changes, unchanged
 from tests.tf2 import fit_models as fm
 from tests.tf2.fit_support import assert_same_weights, batch_losses, identical  # noqa: F401
 
@@ -325,21 +325,19 @@ def _random_program(reshuffle: bool = False):
 
 @pytest.mark.parametrize("pays", [True, False], ids=["kept_split", "kept_unsplit"])
 def test_a_custom_loop_timed_by_the_trial_trains_as_the_unsplit_loop(pays, quick_trial, monkeypatch):
-    from smartstage.tf2.step.user_state import snapshot
-
     step, dataset, values = _random_program()
     expected = [float(step(batch)) for batch in dataset]
     expected_values = values()
 
     monkeypatch.setattr(trial, "PAYS_AT", ALWAYS if pays else NEVER)
     step, dataset, values = _random_program()
-    before, globals_before = values(), snapshot()
-    try:
-        halves = split(step, dataset, measure=True)
-        loop = (halves.step, halves.dataset)
-    except NothingToMoveError:
-        loop = (step, dataset)
-    assert snapshot().differences(globals_before) == [] and globals_before.differences(snapshot()) == []
+    before = values()
+    with unchanged("deciding the split", datasets=(dataset,)):  # no global generator or seed moved
+        try:
+            halves = split(step, dataset, measure=True)
+            loop = (halves.step, halves.dataset)
+        except NothingToMoveError:
+            loop = (step, dataset)
     assert all(np.array_equal(a, b) for a, b in zip(before, values()))  # deciding trained nothing
     assert (loop[0] is step) != pays
     assert [float(loop[0](batch)) for batch in loop[1]] == expected  # bit-identical, step by step
@@ -347,16 +345,14 @@ def test_a_custom_loop_timed_by_the_trial_trains_as_the_unsplit_loop(pays, quick
 
 
 def test_a_custom_loop_on_a_reshuffling_dataset_is_split_untimed_and_trains_as_the_unsplit_loop(quick_trial):
-    from smartstage.tf2.step.user_state import snapshot
-
     step, dataset, values = _random_program(reshuffle=True)
     expected = [float(step(batch)) for batch in dataset]
     expected_values = values()
 
     step, dataset, values = _random_program(reshuffle=True)
-    before, globals_before = values(), snapshot()
-    halves = split(step, dataset, measure=True)
-    assert globals_before.differences(snapshot()) == [] and snapshot().differences(globals_before) == []
+    before = values()
+    with unchanged("deciding the split", datasets=(dataset,)):  # no generator moved, no iterator of `dataset`
+        halves = split(step, dataset, measure=True)
     assert all(np.array_equal(a, b) for a, b in zip(before, values()))
     assert halves.trial.ratio is None and "reshuffles each iteration" in halves.trial.skipped
     assert [float(halves.step(batch)) for batch in halves.dataset] == expected  # the same batch order
